@@ -1,0 +1,5 @@
+"""binlogd's shared binlog decoder: sans-I/O, bytes in, typed events out.
+
+Nothing in this package opens sockets, files or event loops; the daemon, the
+file tools and the Spark data source feed it bytes and take back values.
+"""
