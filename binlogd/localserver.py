@@ -1,0 +1,716 @@
+"""A throwaway local MariaDB (or MySQL) server for tests, benchmarks and ``binlogd demo``.
+
+Stdlib only. The server runs as a child process in its own directory (a temp dir by default)
+on its own free TCP port on 127.0.0.1, with binary logging in ROW format::
+
+    with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as srv:
+        srv.sql("CREATE DATABASE d")
+        print(srv.port, srv.binlog_files())
+
+Users: ``root`` with an empty password (socket and TCP from 127.0.0.1) and ``repl``/``replpass``
+with REPLICATION SLAVE, REPLICATION CLIENT and SELECT. The initialised data directory (system
+tables and users, no binary logs) is built once per server version and copied for every new
+server, so a start costs about a second.
+
+MariaDB is preferred; MySQL's ``mysqld`` is used only when no MariaDB server binary is found.
+``BINLOGD_MYSQLD=/path/to/mariadbd`` forces a binary.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["LocalServer", "ServerBinaries", "ensure_installed", "find_binaries", "free_port"]
+
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+REPL_USER = "repl"
+REPL_PASSWORD = "replpass"
+
+_TEMPLATE_REVISION = "2"  # bump when the template's contents (users, options) change
+_SEARCH_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/mysql/bin")
+# Options that shape the files mariadb-install-db creates: they must match between the template
+# and the server, so they are passed to the installer and are part of the template's cache key.
+_INIT_OPTIONS = (
+    "--innodb-page-size",
+    "--innodb_page_size",
+    "--innodb-data-file-path",
+    "--innodb_data_file_path",
+    "--innodb-undo-tablespaces",
+    "--innodb_undo_tablespaces",
+    "--lower-case-table-names",
+    "--lower_case_table_names",
+    "--innodb-checksum-algorithm",
+    "--innodb_checksum_algorithm",
+)
+_SETUP_SQL = (
+    # no anonymous users, no root@<hostname> (ignored with a warning under --skip-name-resolve)
+    "DELETE FROM mysql.global_priv WHERE User = '' OR (User = 'root' AND Host NOT IN"
+    " ('localhost', '127.0.0.1', '::1'))",
+    "DELETE FROM mysql.proxies_priv WHERE Host NOT IN ('localhost', '127.0.0.1', '::1')",
+    "FLUSH PRIVILEGES",
+    "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''",
+    "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
+    f"CREATE USER IF NOT EXISTS '{REPL_USER}'@'%' IDENTIFIED BY '{REPL_PASSWORD}'",
+    f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{REPL_USER}'@'%'",
+    f"CREATE USER IF NOT EXISTS '{REPL_USER}'@'127.0.0.1' IDENTIFIED BY '{REPL_PASSWORD}'",
+    f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{REPL_USER}'@'127.0.0.1'",
+    "FLUSH PRIVILEGES",
+)
+
+
+# --------------------------------------------------------------------------- binaries
+
+
+class ServerBinaries:
+    """Paths and identity of the server installation that will be used."""
+
+    def __init__(self, server: Path, client: Path | None, install_db: Path | None) -> None:
+        self.server = server
+        self.client = client
+        self.install_db = install_db
+        out = subprocess.run(
+            [str(server), "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
+        m = re.search(r"Ver\s+(\S+)", out)
+        self.version: str = m.group(1) if m else out.strip()
+        self.flavor: str = "mariadb" if "mariadb" in out.lower() else "mysql"
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        m = re.match(r"(\d+)\.(\d+)\.(\d+)", self.version)
+        return tuple(int(x) for x in m.groups()) if m else ()
+
+    def __repr__(self) -> str:
+        return f"ServerBinaries({self.flavor} {self.version} at {self.server})"
+
+
+def _which(*names: str) -> Path | None:
+    path = os.environ.get("PATH", "") + os.pathsep + os.pathsep.join(_SEARCH_DIRS)
+    for name in names:
+        found = shutil.which(name, path=path)
+        if found:
+            return Path(found)
+    return None
+
+
+def find_binaries() -> ServerBinaries | None:
+    """The server to use (MariaDB first), or None if no server binary is installed."""
+    forced = os.environ.get("BINLOGD_MYSQLD")
+    if forced:
+        server = Path(forced)
+    else:
+        server = _which("mariadbd")
+        if server is None:
+            server = _which("mysqld")  # may itself be MariaDB (older packages, symlinks)
+    if server is None or not server.exists():
+        return None
+    client = _which("mariadb", "mysql")
+    install_db = _which("mariadb-install-db", "mysql_install_db")
+    bins = ServerBinaries(server, client, install_db)
+    if bins.flavor == "mysql":
+        install_db = None  # MySQL initialises with `mysqld --initialize-insecure`
+        bins.install_db = None
+        bins.client = _which("mysql", "mariadb")
+    return bins
+
+
+def ensure_installed() -> ServerBinaries:
+    """Return the server binaries, installing MariaDB with apt-get first if none is found.
+
+    Installing is done only when running as root on a system with apt-get; otherwise a
+    RuntimeError says what to install.
+    """
+    bins = find_binaries()
+    if bins is not None:
+        return bins
+    hint = (
+        "no MariaDB/MySQL server binary found (looked for mariadbd and mysqld in PATH and "
+        f"{', '.join(_SEARCH_DIRS)}). Install one, e.g. `apt-get install -y mariadb-server "
+        "mariadb-client`, or point BINLOGD_MYSQLD at a mariadbd/mysqld binary."
+    )
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise RuntimeError(hint)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "--no-install-recommends", "mariadb-server", "mariadb-client"],
+    ):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{hint}\n`{' '.join(cmd)}` failed ({proc.returncode}):\n{proc.stderr[-2000:]}"
+            )
+    bins = find_binaries()
+    if bins is None:
+        raise RuntimeError(f"{hint}\n(apt-get install succeeded but mariadbd is still missing)")
+    return bins
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------- processes
+
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _pdeathsig_hook():
+    """A preexec_fn asking the kernel to SIGKILL the server when we die (Linux), or None.
+
+    Resolved in the parent: the child between fork and exec must not import anything.
+    """
+    if sys.platform != "linux":
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:
+        return None
+
+    def hook() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned servers if the test run crashes
+
+    return hook
+
+
+def _spawn(cmd: list[str], log: Path) -> subprocess.Popen:
+    # PR_SET_PDEATHSIG fires when the spawning *thread* exits, so only use it from the main thread.
+    main = threading.current_thread() is threading.main_thread()
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_pdeathsig_hook() if main else None,
+        )
+    with _live_lock:
+        _live.add(proc)
+    return proc
+
+
+def _forget(proc: subprocess.Popen) -> None:
+    with _live_lock:
+        _live.discard(proc)
+
+
+def _run_sql(
+    bins: ServerBinaries,
+    statement: str,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    unix_socket: Path | None = None,
+    user: str = "root",
+    password: str = "",
+    database: str | None = None,
+    timeout: float = 60.0,
+) -> list[tuple]:
+    """Run one statement via PyMySQL if importable, else the mariadb/mysql CLI (-N -B)."""
+    try:
+        import pymysql
+    except ImportError:
+        pymysql = None
+    if pymysql is not None:
+        kw: dict = dict(user=user, password=password, database=database, autocommit=True,
+                        connect_timeout=min(timeout, 30), read_timeout=timeout,
+                        write_timeout=timeout)
+        if unix_socket is not None:
+            kw["unix_socket"] = str(unix_socket)
+        else:
+            kw.update(host=host, port=port)
+        conn = pymysql.connect(**kw)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+                rows = cur.fetchall()
+                return [tuple(r) for r in rows] if rows else []
+        finally:
+            conn.close()
+    if bins.client is None:
+        raise RuntimeError("neither PyMySQL nor the mariadb/mysql client is available")
+    cmd = [str(bins.client), "--no-defaults", "-N", "-B", f"--user={user}"]
+    if password:
+        cmd.append(f"--password={password}")
+    if unix_socket is not None:
+        cmd.append(f"--socket={unix_socket}")
+    else:
+        cmd += ["--protocol=TCP", f"--host={host}", f"--port={port}"]
+    if database:
+        cmd.append(f"--database={database}")
+    cmd += ["-e", statement]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"SQL failed: {statement!r}: {proc.stderr.strip()}")
+    return [
+        tuple(None if v == "NULL" else v for v in line.split("\t"))
+        for line in proc.stdout.splitlines()
+    ]
+
+
+# --------------------------------------------------------------------------- template
+
+
+def _short_socket_path(preferred: Path) -> tuple[Path, Path | None]:
+    """Unix socket paths are limited to ~107 bytes; fall back to a short temp dir."""
+    if len(os.fsencode(preferred)) < 100:
+        return preferred, None
+    d = Path(tempfile.mkdtemp(prefix="bld-sock-", dir="/tmp"))
+    return d / "mysqld.sock", d
+
+
+def _common_options(basedir: Path) -> list[str]:
+    """Options shared by the installer, the template's setup start and the server."""
+    args = [
+        f"--tmpdir={basedir / 'tmp'}",
+        "--innodb-buffer-pool-size=64M",
+        "--innodb-log-file-size=16M",
+        "--innodb-log-buffer-size=8M",
+    ]
+    if os.geteuid() == 0:
+        args.append("--user=root")
+    return args
+
+
+def _base_args(bins: ServerBinaries, datadir: Path, basedir: Path) -> list[str]:
+    # --no-defaults first: never read /etc/mysql/my.cnf, we are not the system server
+    return [str(bins.server), "--no-defaults", f"--datadir={datadir}", *_common_options(basedir)]
+
+
+def _template_dir(bins: ServerBinaries, init_args: Sequence[str]) -> Path:
+    key = hashlib.sha256(
+        "\0".join([_TEMPLATE_REVISION, str(bins.server), bins.version, *init_args]).encode()
+    ).hexdigest()[:12]
+    root = Path(tempfile.gettempdir()) / f"binlogd-localserver-{os.geteuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root / f"template-{bins.flavor}-{bins.version}-{key}"
+
+
+def _ensure_template(bins: ServerBinaries, init_args: Sequence[str]) -> Path:
+    """An initialised datadir with our users and no binary logs, built once and then copied."""
+    target = _template_dir(bins, init_args)
+    if (target / ".complete").exists():
+        return target
+    with open(str(target) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same template
+        if (target / ".complete").exists():
+            return target
+        build = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
+        try:
+            _build_template(bins, build, init_args)
+            data = build / "data"
+            (data / ".complete").write_text(bins.version + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            data.rename(target)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
+def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str]) -> None:
+    datadir = build / "data"
+    (build / "tmp").mkdir()
+    log = build / "init.log"
+    base = _base_args(bins, datadir, build)
+    if bins.flavor == "mariadb":
+        if bins.install_db is None:
+            raise RuntimeError("mariadb-install-db not found (install mariadb-server)")
+        cmd = [
+            str(bins.install_db),
+            "--no-defaults",
+            f"--datadir={datadir}",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            "--skip-name-resolve",
+            *_common_options(build),
+            *init_args,
+        ]
+    else:
+        cmd = [*base, "--initialize-insecure", *init_args]
+    with open(log, "wb") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"initialising the datadir failed ({proc.returncode}): {' '.join(cmd)}\n{_tail(log)}"
+        )
+    # Start once without networking or binary log to create the users, then shut down cleanly.
+    sock, sockdir = _short_socket_path(build / "init.sock")
+    err = build / "init-error.log"
+    cmd = [*base, *init_args, "--skip-networking", f"--socket={sock}", "--skip-log-bin",
+           f"--pid-file={build / 'init.pid'}", f"--log-error={err}"]
+    proc = _spawn(cmd, build / "init-stdout.log")
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"template server exited with {proc.returncode}: {' '.join(cmd)}\n{_tail(err)}"
+                )
+            if sock.exists():
+                try:
+                    _run_sql(bins, "SELECT 1", unix_socket=sock, timeout=10)
+                    break
+                except Exception:
+                    pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"template server not ready in {READY_TIMEOUT}s\n{_tail(err)}")
+            time.sleep(0.05)
+        for stmt in _SETUP_SQL:
+            if bins.flavor == "mysql" and "global_priv" in stmt:
+                stmt = stmt.replace("mysql.global_priv", "mysql.user")
+            _run_sql(bins, stmt, unix_socket=sock)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(STOP_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _forget(proc)
+        if sockdir is not None:
+            shutil.rmtree(sockdir, ignore_errors=True)
+    for leftover in ("ibtmp1", "init.pid"):
+        (datadir / leftover).unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class LocalServer:
+    """A private MariaDB/MySQL server with binary logging, in ``basedir`` (a temp dir by default).
+
+    ``start()`` / ``stop()`` (clean shutdown) / ``kill()`` (SIGKILL) / ``restart()`` keep the data
+    and the port; ``cleanup()`` removes a temp basedir; ``with LocalServer() as s`` does start on
+    enter and stop + cleanup on exit. ``extra_args`` come after the defaults, so they override them.
+    """
+
+    host = "127.0.0.1"
+    user = "root"
+    password = ""
+    repl_user = REPL_USER
+    repl_password = REPL_PASSWORD
+
+    def __init__(
+        self,
+        basedir: Path | None = None,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+        binlog_basename: str = "binlog",
+    ) -> None:
+        self._own_basedir = basedir is None
+        self.basedir = Path(tempfile.mkdtemp(prefix="binlogd-srv-")) if basedir is None else Path(basedir).resolve()
+        self._fixed_port = port is not None
+        self.port: int = port if port is not None else free_port()
+        self.extra_args = list(extra_args)
+        self.binlog_basename = binlog_basename
+        self.datadir = self.basedir / "data"
+        self.binlog_dir = self.basedir / "binlog"
+        self.error_log = self.basedir / "error.log"
+        self.pid_file = self.basedir / "mysqld.pid"
+        self.socket, self._socket_dir = _short_socket_path(self.basedir / "mysqld.sock")
+        self._bins: ServerBinaries | None = None
+        self._proc: subprocess.Popen | None = None
+        self.startup_seconds: float | None = None
+
+    # -- identity
+
+    @property
+    def binaries(self) -> ServerBinaries:
+        if self._bins is None:
+            self._bins = ensure_installed()
+        return self._bins
+
+    @property
+    def flavor(self) -> str:
+        """"mariadb" or "mysql"."""
+        return self.binaries.flavor
+
+    @property
+    def version(self) -> str:
+        """The server's version string, e.g. "10.11.19-MariaDB-0+deb12u1"."""
+        return self.binaries.version
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return self.binaries.version_tuple
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self.running else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def binlog_index(self) -> Path:
+        return self.binlog_dir / f"{self.binlog_basename}.index"
+
+    def connect_kwargs(self, *, repl: bool = False, **overrides) -> dict:
+        """Keyword arguments for pymysql.connect / aiomysql.connect (TCP)."""
+        kw = dict(
+            host=self.host,
+            port=self.port,
+            user=self.repl_user if repl else self.user,
+            password=self.repl_password if repl else self.password,
+        )
+        kw.update(overrides)
+        return kw
+
+    def connect(self, *, repl: bool = False, **overrides):
+        """A PyMySQL connection over TCP (autocommit on unless overridden)."""
+        import pymysql
+
+        overrides.setdefault("autocommit", True)
+        return pymysql.connect(**self.connect_kwargs(repl=repl, **overrides))
+
+    # -- arguments
+
+    def server_args(self) -> list[str]:
+        bins = self.binaries
+        args = _base_args(bins, self.datadir, self.basedir)
+        args += [
+            f"--port={self.port}",
+            f"--socket={self.socket}",
+            f"--bind-address={self.host}",
+            "--skip-name-resolve",
+            f"--pid-file={self.pid_file}",
+            f"--log-error={self.error_log}",
+            f"--log-bin={self.binlog_dir / self.binlog_basename}",
+            f"--log-bin-index={self.binlog_index}",
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            "--server-id=1",
+            "--innodb-flush-log-at-trx-commit=2",  # fsync per second: survives kill -9 of the server
+            "--max-allowed-packet=64M",
+            "--max-connections=200",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_general_ci",
+        ]
+        if bins.flavor == "mariadb":
+            args += ["--log-slave-updates", "--gtid-strict-mode=OFF", "--skip-slave-start"]
+        else:
+            args += ["--log-replica-updates" if bins.version_tuple >= (8, 0, 26) else "--log-slave-updates",
+                     "--mysqlx=OFF"]
+        return args + self.extra_args
+
+    def _init_args(self) -> list[str]:
+        return [a for a in self.extra_args if a.split("=", 1)[0] in _INIT_OPTIONS]
+
+    # -- lifecycle
+
+    def start(self, timeout: float = READY_TIMEOUT) -> "LocalServer":
+        """Start the server (initialising the datadir on first start) and wait until it answers."""
+        if self.running:
+            return self
+        t0 = time.monotonic()
+        bins = self.binaries
+        (self.basedir / "tmp").mkdir(parents=True, exist_ok=True)
+        self.binlog_dir.mkdir(parents=True, exist_ok=True)
+        if not self.datadir.exists():
+            template = _ensure_template(bins, self._init_args())
+            shutil.copytree(template, self.datadir, symlinks=True,
+                            ignore=shutil.ignore_patterns(".complete"))
+        for attempt in range(3):
+            try:
+                self._start_once(timeout)
+                break
+            except _PortInUse:
+                if self._fixed_port or attempt == 2:
+                    raise RuntimeError(
+                        f"port {self.port} is in use; server log:\n{_tail(self.error_log)}"
+                    ) from None
+                self.port = free_port()
+        self.startup_seconds = time.monotonic() - t0
+        return self
+
+    def _start_once(self, timeout: float) -> None:
+        self.socket.unlink(missing_ok=True)
+        self.pid_file.unlink(missing_ok=True)
+        log_offset = self.error_log.stat().st_size if self.error_log.exists() else 0
+        cmd = self.server_args()
+        self._proc = _spawn(cmd, self.basedir / "stdout.log")
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while True:
+            if self._proc.poll() is not None:
+                rc = self._proc.returncode
+                _forget(self._proc)
+                self._proc = None
+                tail = _tail(self.error_log)
+                new = (self.error_log.read_bytes()[log_offset:].decode(errors="replace")
+                       if self.error_log.exists() else "")
+                if not self._fixed_port and ("Address already in use" in new or "Bind on TCP/IP port" in new):
+                    raise _PortInUse()
+                raise RuntimeError(
+                    f"{self.flavor} server exited with code {rc} during startup\n"
+                    f"command: {' '.join(cmd)}\n--- tail of {self.error_log} ---\n{tail}"
+                )
+            try:  # a TCP connect as root + SELECT 1: the port is open and auth works
+                self.sql("SELECT 1", timeout=10)
+                return
+            except Exception as exc:  # not up yet
+                last_error = exc
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"{self.flavor} server on port {self.port} not ready after {timeout:.0f}s "
+                    f"(last error: {last_error})\ncommand: {' '.join(cmd)}\n"
+                    f"--- tail of {self.error_log} ---\n{_tail(self.error_log)}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Clean shutdown (SIGTERM, wait); SIGKILL if it does not stop within ``timeout``."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        _forget(proc)
+        self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash); the datadir is left as the crash left it."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _forget(proc)
+        self._proc = None
+
+    def restart(self, timeout: float = READY_TIMEOUT) -> "LocalServer":
+        """Stop cleanly if running, then start again on the same port with the same data."""
+        self.stop()
+        fixed = self._fixed_port
+        self._fixed_port = True  # clients keep the address across a restart
+        try:
+            return self.start(timeout)
+        finally:
+            self._fixed_port = fixed
+
+    def cleanup(self) -> None:
+        """Stop and remove the basedir if it is a temp dir we created."""
+        self.stop()
+        if self._own_basedir:
+            shutil.rmtree(self.basedir, ignore_errors=True)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalServer":
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+    # -- conveniences
+
+    def sql(self, statement: str, *, database: str | None = None, timeout: float = 60.0) -> list[tuple]:
+        """Run one statement as root over TCP; rows as tuples ([] for statements without rows).
+
+        Through PyMySQL when importable (typed values), else the mariadb CLI (strings, None for NULL).
+        """
+        return _run_sql(self.binaries, statement, host=self.host, port=self.port,
+                        user=self.user, password=self.password, database=database,
+                        timeout=timeout)
+
+    def binlog_files(self) -> list[Path]:
+        """The server's binary log files, oldest first, as listed in its index file."""
+        try:
+            lines = self.binlog_index.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        files = []
+        for line in lines:
+            line = line.strip()
+            if line:
+                p = Path(line)
+                files.append(p if p.is_absolute() else (self.datadir / p).resolve())
+        return files
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<LocalServer {self.host}:{self.port} {state} {self.basedir}>"
+
+
+class _PortInUse(Exception):
+    pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m binlogd.localserver``: start a server, print how to reach it, wait for Ctrl-C."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--basedir", type=Path)
+    ap.add_argument("extra", nargs="*", help="extra server options (after --)")
+    ns = ap.parse_args(argv)
+    with LocalServer(basedir=ns.basedir, port=ns.port, extra_args=ns.extra) as srv:
+        print(f"{srv.flavor} {srv.version} on {srv.host}:{srv.port} (socket {srv.socket}), "
+              f"binlogs in {srv.binlog_dir}; started in {srv.startup_seconds:.2f}s; Ctrl-C stops it",
+              flush=True)
+        try:
+            while srv.running:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""Shared fixtures.
+
+Servers (each its own throwaway process, port and temp dir; never the system MariaDB):
+- ``mariadb``          session: MariaDB (or MySQL) with ROW binlog, FULL row image, binlog_row_metadata=FULL.
+- ``mariadb_minimal``  session, started only when a test asks: binlog_row_metadata=MINIMAL and
+                       compressed binlog events (log_bin_compress=ON, log_bin_compress_min_len=10).
+- ``fresh_db``         function: a uniquely named schema on ``mariadb`` (its name, a str), dropped after.
+- ``mysql84``          session: MySQL 8.4 in Docker via testcontainers; skipped without a Docker engine.
+- ``corpus``           session: Path of the shared real-binlog corpus (CORPUS); skipped when absent.
+
+Tests using a server fixture get the ``server`` marker automatically (``-m "not server"`` skips them);
+tests marked ``slow`` run only with ``--runslow``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from binlogd.localserver import LocalServer, find_binaries
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "binlogs"
+
+_SERVER_FIXTURES = {"mariadb", "mariadb_minimal", "fresh_db", "mysql84"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False,
+                     help="also run tests marked slow (long fault/fuzz runs)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    runslow = config.getoption("--runslow")
+    skip_slow = pytest.mark.skip(reason="slow test: run with --runslow")
+    for item in items:
+        if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+        if not runslow and "slow" in item.keywords:
+            item.add_marker(skip_slow)
+
+
+def _start_local(request: pytest.FixtureRequest, extra_args: list[str]) -> LocalServer:
+    try:
+        from binlogd.localserver import ensure_installed
+
+        ensure_installed()
+    except RuntimeError as exc:
+        pytest.skip(f"no local MariaDB/MySQL server: {exc}")
+    server = LocalServer(extra_args=extra_args)
+    request.addfinalizer(server.cleanup)
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def mariadb(request: pytest.FixtureRequest) -> LocalServer:
+    """A started LocalServer with binlog_row_metadata=FULL (shared by the whole session)."""
+    return _start_local(request, ["--binlog-row-metadata=FULL"])
+
+
+@pytest.fixture(scope="session")
+def mariadb_minimal(request: pytest.FixtureRequest) -> LocalServer:
+    """A started LocalServer with binlog_row_metadata=MINIMAL and compressed binlog events.
+
+    On MariaDB ``--log-bin-compress`` makes QUERY and row events *_COMPRESSED_EVENT variants;
+    the min length is lowered from 256 to 10 bytes so that small test rows are compressed too.
+    (MySQL has no such option: there it is binlog_transaction_compression, TRANSACTION_PAYLOAD.)
+    """
+    bins = find_binaries()
+    if bins is not None and bins.flavor == "mysql":
+        extra = ["--binlog-row-metadata=MINIMAL", "--binlog-transaction-compression=ON"]
+    else:
+        extra = ["--binlog-row-metadata=MINIMAL", "--log-bin-compress=ON",
+                 "--log-bin-compress-min-len=10"]
+    return _start_local(request, extra)
+
+
+@pytest.fixture
+def fresh_db(mariadb: LocalServer, request: pytest.FixtureRequest):
+    """Name of a new, empty schema on ``mariadb`` (utf8mb4), dropped after the test."""
+    base = re.sub(r"[^0-9a-zA-Z_]", "_", request.node.name)[:40]
+    name = f"t_{base}_{uuid.uuid4().hex[:8]}"
+    mariadb.sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    yield name
+    mariadb.sql(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+# --------------------------------------------------------------------------- MySQL 8.4 (Docker)
+
+
+@dataclass
+class ContainerServer:
+    """Connection details of a server in a container, shaped like LocalServer's."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    flavor: str = "mysql"
+    version: str = ""
+    repl_user: str = "repl"
+    repl_password: str = "replpass"
+    container: object = field(default=None, repr=False)
+
+    def connect_kwargs(self, *, repl: bool = False, **overrides) -> dict:
+        import ssl
+
+        # MySQL 8.4 users authenticate with caching_sha2_password; its full-auth path needs TLS
+        # (or RSA via `cryptography`), and the server has a self-signed certificate.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        kw = dict(host=self.host, port=self.port, ssl=ctx,
+                  user=self.repl_user if repl else self.user,
+                  password=self.repl_password if repl else self.password)
+        kw.update(overrides)
+        return kw
+
+    def connect(self, *, repl: bool = False, **overrides):
+        import pymysql
+
+        overrides.setdefault("autocommit", True)
+        return pymysql.connect(**self.connect_kwargs(repl=repl, **overrides))
+
+    def sql(self, statement: str, *, database: str | None = None) -> list[tuple]:
+        conn = self.connect(database=database)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+                return [tuple(r) for r in cur.fetchall() or ()]
+        finally:
+            conn.close()
+
+
+def _docker_ok() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def mysql84():
+    """MySQL 8.4 in Docker (testcontainers), ROW binlog with FULL row metadata and GTIDs on."""
+    if not _docker_ok():
+        pytest.skip("no Docker engine: MySQL 8.4 tests skipped (`docker info` failed)")
+    try:
+        from testcontainers.mysql import MySqlContainer
+    except ImportError:
+        pytest.skip("testcontainers not installed: MySQL 8.4 tests skipped "
+                    "(pip install 'testcontainers[mysql]')")
+    container = MySqlContainer("mysql:8.4", root_password="rootpass")
+    container.with_command(
+        "--server-id=1 --log-bin=binlog --binlog-format=ROW --binlog-row-image=FULL "
+        "--binlog-row-metadata=FULL --gtid-mode=ON --enforce-gtid-consistency=ON"
+    )
+    container.start()
+    try:
+        server = ContainerServer(
+            host=container.get_container_host_ip(),
+            port=int(container.get_exposed_port(3306)),
+            user="root",
+            password="rootpass",
+            container=container,
+        )
+        server.version = server.sql("SELECT VERSION()")[0][0]
+        server.sql("CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY 'replpass'")
+        server.sql("GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO 'repl'@'%'")
+        yield server
+    finally:
+        container.stop()
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """The shared corpus of real binlog files (../shared/binlogs from the repo root)."""
+    if not CORPUS.is_dir():
+        pytest.skip(f"binlog corpus not found at {CORPUS}: conformance tests skipped")
+    return CORPUS

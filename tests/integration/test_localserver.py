@@ -1,0 +1,137 @@
+"""The throwaway server launcher the rest of the suite relies on."""
+
+from __future__ import annotations
+
+import os
+
+import pymysql
+import pytest
+
+from binlogd.localserver import LocalServer
+
+pytestmark = pytest.mark.server
+
+
+def _variables(server, pattern: str) -> dict[str, str]:
+    return {k: str(v) for k, v in server.sql(f"SHOW GLOBAL VARIABLES LIKE '{pattern}'")}
+
+
+def test_starts_with_row_binlog(mariadb: LocalServer) -> None:
+    assert mariadb.running
+    assert mariadb.host == "127.0.0.1" and mariadb.user == "root" and mariadb.password == ""
+    assert mariadb.flavor in ("mariadb", "mysql")
+    assert mariadb.version[:1].isdigit()
+    v = {k: str(val) for k, val in mariadb.sql("SHOW GLOBAL VARIABLES")}
+    assert v["log_bin"] == "ON"
+    assert v["binlog_format"] == "ROW"
+    assert v["binlog_row_image"] == "FULL"
+    assert v["binlog_row_metadata"] == "FULL"
+    assert v["server_id"] == "1"
+    assert int(v["port"]) == mariadb.port
+    assert v["datadir"].rstrip("/") == str(mariadb.datadir)
+    assert v["log_bin_basename"] == str(mariadb.binlog_dir / "binlog")
+    if mariadb.flavor == "mariadb":
+        assert v["log_slave_updates"] == "ON"
+        assert v["gtid_strict_mode"] == "OFF"
+    assert mariadb.socket.exists()
+
+
+def test_repl_user_connects_over_tcp(mariadb: LocalServer) -> None:
+    conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="repl", password="replpass")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CURRENT_USER()")
+            assert cur.fetchone()[0].startswith("repl@")
+            cur.execute("SHOW GRANTS")
+            grants = " ".join(row[0] for row in cur.fetchall()).upper()
+            cur.execute("SHOW BINARY LOGS")  # needs REPLICATION CLIENT / BINLOG MONITOR
+            assert cur.fetchall()
+    finally:
+        conn.close()
+    assert "REPLICATION SLAVE" in grants or "REPLICATION REPLICA" in grants
+    assert "SELECT" in grants
+    with pytest.raises(pymysql.err.OperationalError):
+        pymysql.connect(host="127.0.0.1", port=mariadb.port, user="repl", password="wrong")
+    # root over TCP with the empty password, through the helper too
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT 1")
+        assert cur.fetchone() == (1,)
+
+
+def test_flush_binary_logs_adds_a_file(mariadb: LocalServer) -> None:
+    before = mariadb.binlog_files()
+    assert before and all(p.exists() for p in before)
+    mariadb.sql("FLUSH BINARY LOGS")
+    after = mariadb.binlog_files()
+    assert len(after) == len(before) + 1
+    assert after[: len(before)] == before
+    assert after[-1].exists() and after[-1].parent == mariadb.binlog_dir
+    assert [p.name for p in after] == [r[0] for r in mariadb.sql("SHOW BINARY LOGS")]
+    with open(after[-1], "rb") as f:
+        assert f.read(4) == b"\xfebin"
+
+
+def test_fresh_db_is_empty_and_usable(mariadb: LocalServer, fresh_db: str) -> None:
+    assert mariadb.sql(f"SHOW TABLES FROM `{fresh_db}`") == []
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY)")
+    mariadb.sql(f"INSERT INTO `{fresh_db}`.t VALUES (1)")
+    assert mariadb.sql("SELECT id FROM t", database=fresh_db) == [(1,)]
+
+
+def test_kill_and_restart_keep_data_and_port(tmp_path) -> None:
+    server = LocalServer(basedir=tmp_path / "srv")
+    with server:
+        port = server.port
+        server.sql("CREATE DATABASE d")
+        server.sql("CREATE TABLE d.t (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
+        server.sql("INSERT INTO d.t VALUES (1, 'one'), (2, 'two')")
+        files = server.binlog_files()
+        pid = server.pid
+
+        server.kill()
+        assert not server.running
+        with pytest.raises(OSError):
+            os.kill(pid, 0)
+
+        server.restart()
+        assert server.running and server.port == port
+        assert server.sql("SELECT id, v FROM d.t ORDER BY id") == [(1, "one"), (2, "two")]
+        # a restart opens a new binlog file; the old ones survive the crash
+        assert server.binlog_files()[: len(files)] == files
+        assert len(server.binlog_files()) == len(files) + 1
+
+        server.sql("INSERT INTO d.t VALUES (3, 'three')")
+        server.stop()
+        assert not server.running
+        server.start()
+        assert server.port == port
+        assert server.sql("SELECT COUNT(*) FROM d.t") == [(3,)]
+    assert not server.running
+
+
+def test_context_manager_removes_its_temp_dir() -> None:
+    with LocalServer() as server:
+        basedir = server.basedir
+        assert server.sql("SELECT 1") == [(1,)]
+        assert server.startup_seconds is not None and server.startup_seconds < 60
+    assert not basedir.exists()
+
+
+def test_startup_failure_reports_the_error_log() -> None:
+    server = LocalServer(extra_args=["--no-such-option-binlogd-test"])
+    try:
+        with pytest.raises(RuntimeError) as info:
+            server.start()
+    finally:
+        server.cleanup()
+    msg = str(info.value)
+    assert "no-such-option-binlogd-test" in msg
+    assert "error.log" in msg
+
+
+def test_minimal_server_compresses_and_has_minimal_metadata(mariadb_minimal: LocalServer) -> None:
+    v = _variables(mariadb_minimal, "%")
+    assert v["binlog_row_metadata"] == "MINIMAL"
+    if mariadb_minimal.flavor == "mariadb":
+        assert v["log_bin_compress"] == "ON"
+        assert v["log_bin_compress_min_len"] == "10"
