@@ -1,0 +1,306 @@
+"""MySQL client/server packet framing, sans-I/O (h11 style).
+
+Every packet on the wire is a 3-byte little-endian payload length, a 1-byte
+sequence id and the payload. A payload of 2**24-1 bytes or more is split into
+chunks of exactly 0xFFFFFF bytes, each with the next sequence id; the chunk
+that is shorter than 0xFFFFFF (possibly empty) ends the logical packet.
+
+Usage::
+
+    reader = PacketReader()
+    reader.feed(data)                    # whatever the socket returned
+    while (pkt := reader.next_packet()) is not None:
+        handle(pkt.payload)
+    ...
+    reader.feed_eof()                    # the peer closed the connection
+    reader.next_packet()                 # None, or TruncatedError mid-packet
+
+This module also holds the generic payload helpers: ERR/OK/EOF recognition and
+length-encoded integers and strings.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .errors import ProtocolError, ServerError, TruncatedError
+
+__all__ = [
+    "DEFAULT_MAX_PACKET_SIZE",
+    "MAX_CHUNK",
+    "Packet",
+    "PacketReader",
+    "encode_lenenc_int",
+    "encode_packet",
+    "is_eof",
+    "is_err",
+    "is_ok",
+    "parse_err",
+    "read_lenenc_bytes",
+    "read_lenenc_int",
+]
+
+#: Largest payload of a single wire chunk; a chunk this long is continued.
+MAX_CHUNK = 0xFFFFFF
+#: Default bound on a logical (joined) packet's payload.
+DEFAULT_MAX_PACKET_SIZE = 1 << 30
+
+_HEADER = struct.Struct("<HBB")  # low 16 bits of length, high 8 bits, seq id
+_U16 = struct.Struct("<H")
+_U24_LOW = struct.Struct("<HB")
+_U64 = struct.Struct("<Q")
+
+# Compact the receive buffer once this many consumed bytes sit at its front and
+# they are at least half of it (amortized linear, however the input was split).
+_COMPACT_AT = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Packet:
+    """One logical packet (continuation chunks already joined).
+
+    Fields:
+        payload: the joined payload, without headers.
+        seq: sequence id of the first chunk.
+        last_seq: sequence id of the last chunk (== seq unless the payload was split).
+        offset: stream offset of the first header byte (bytes fed before it).
+    """
+
+    payload: bytes
+    seq: int
+    last_seq: int
+    offset: int = 0
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence id the next packet of this exchange must carry."""
+        return (self.last_seq + 1) & 0xFF
+
+
+class PacketReader:
+    """Incremental packet parser: :meth:`feed` bytes, take :class:`Packet` s from :meth:`next_packet`.
+
+    The result does not depend on how the input was split into ``feed`` calls.
+    Continuation chunks must carry consecutive sequence ids (mod 256). Once
+    :meth:`next_packet` has raised, the reader is broken and raises the same
+    error again.
+    """
+
+    __slots__ = ("_buf", "_pos", "_consumed", "_max", "_eof", "_error", "_parts", "_parts_len",
+                 "_first_seq", "_last_seq", "_start")
+
+    def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> None:
+        """``max_packet_size``: largest joined payload accepted (bytes); more raises ProtocolError."""
+        if max_packet_size < 0:
+            raise ValueError("max_packet_size must be >= 0")
+        self._buf = bytearray()
+        self._pos = 0  # read position in _buf
+        self._consumed = 0  # stream offset of _buf[0]
+        self._max = max_packet_size
+        self._eof = False
+        self._error: ProtocolError | None = None
+        self._parts: list[bytes] = []  # chunks of the packet being joined
+        self._parts_len = 0
+        self._first_seq = -1
+        self._last_seq = -1
+        self._start = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes fed but not yet returned as part of a packet (including a partial packet's chunks)."""
+        return len(self._buf) - self._pos + self._parts_len
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes. Raises ProtocolError after :meth:`feed_eof`."""
+        if self._eof:
+            raise ProtocolError("data fed after end of stream")
+        self._buf += data
+
+    def feed_eof(self) -> None:
+        """Mark the end of the stream: later :meth:`next_packet` calls raise TruncatedError mid-packet."""
+        self._eof = True
+
+    def next_packet(self) -> Packet | None:
+        """Return the next complete packet, or None when more data is needed (or at a clean EOF).
+
+        Raises ProtocolError when a packet exceeds ``max_packet_size`` or a
+        continuation chunk's sequence id is out of order; TruncatedError when
+        the stream ended inside a packet.
+        """
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+
+    def _next(self) -> Packet | None:
+        buf = self._buf
+        while True:
+            pos = self._pos
+            if len(buf) - pos < 4:
+                return self._need_data()
+            lo, hi, seq = _HEADER.unpack_from(buf, pos)
+            length = lo | (hi << 16)
+            offset = self._consumed + pos
+            if self._first_seq < 0:
+                self._start = offset
+            elif seq != (self._last_seq + 1) & 0xFF:
+                raise ProtocolError(
+                    f"continuation chunk has sequence id {seq}, expected {(self._last_seq + 1) & 0xFF}",
+                    offset,
+                )
+            total = self._parts_len + length
+            if total > self._max:
+                raise ProtocolError(f"packet of {total}+ bytes exceeds the limit of {self._max}", self._start)
+            if len(buf) - pos - 4 < length:
+                return self._need_data()
+            with memoryview(buf) as view:
+                chunk = bytes(view[pos + 4 : pos + 4 + length])
+            self._pos = pos + 4 + length
+            self._compact()
+            if self._first_seq < 0:
+                self._first_seq = seq
+            self._last_seq = seq
+            if length == MAX_CHUNK:
+                self._parts.append(chunk)
+                self._parts_len = total
+                continue
+            if self._parts:
+                self._parts.append(chunk)
+                chunk = b"".join(self._parts)
+                self._parts.clear()
+                self._parts_len = 0
+            pkt = Packet(chunk, self._first_seq, seq, self._start)
+            self._first_seq = self._last_seq = -1
+            return pkt
+
+    def _need_data(self) -> None:
+        if self._eof and (self._pos < len(self._buf) or self._parts):
+            raise TruncatedError("stream ended inside a packet", self._start if self._parts else self._consumed + self._pos)
+        return None
+
+    def _compact(self) -> None:
+        pos = self._pos
+        if pos == len(self._buf) or (pos >= _COMPACT_AT and 2 * pos >= len(self._buf)):
+            del self._buf[: self._pos]
+            self._consumed += self._pos
+            self._pos = 0
+
+
+def encode_packet(payload: bytes | bytearray | memoryview, seq: int) -> bytes:
+    """Frame ``payload`` for the wire starting at sequence id ``seq`` (0..255).
+
+    Payloads of 0xFFFFFF bytes or more are split into 0xFFFFFF-byte chunks with
+    increasing sequence ids; when the length is a multiple of 0xFFFFFF an empty
+    chunk ends the packet. Raises ValueError for a ``seq`` outside 0..255.
+    """
+    if not 0 <= seq <= 0xFF:
+        raise ValueError(f"sequence id out of range 0..255: {seq}")
+    mv = memoryview(payload).cast("B")
+    out = bytearray()
+    pos = 0
+    while True:
+        n = min(len(mv) - pos, MAX_CHUNK)
+        out += _HEADER.pack(n & 0xFFFF, n >> 16, seq)
+        out += mv[pos : pos + n]
+        pos += n
+        seq = (seq + 1) & 0xFF
+        if n < MAX_CHUNK:
+            return bytes(out)
+
+
+# ---------------------------------------------------------------- payload helpers
+
+
+def is_err(payload: bytes | bytearray | memoryview) -> bool:
+    """True when ``payload`` is an ERR packet (first byte 0xFF)."""
+    return len(payload) > 0 and payload[0] == 0xFF
+
+
+def is_ok(payload: bytes | bytearray | memoryview) -> bool:
+    """True when ``payload`` is an OK packet (0x00 header, at least 7 bytes).
+
+    Only meaningful for command replies: inside a binlog stream every event
+    packet also starts with 0x00.
+    """
+    return len(payload) >= 7 and payload[0] == 0x00
+
+
+def is_eof(payload: bytes | bytearray | memoryview) -> bool:
+    """True when ``payload`` is an EOF packet (0xFE header, shorter than 9 bytes).
+
+    In a binlog stream it means the server has no more events (non-blocking dump).
+    """
+    return 0 < len(payload) < 9 and payload[0] == 0xFE
+
+
+def parse_err(payload: bytes | bytearray | memoryview) -> ServerError:
+    """Decode an ERR packet: 0xFF, u16 error code, optional ``#`` + 5-char SQLSTATE, message.
+
+    Returns the ServerError (the caller raises it). The message is decoded as
+    UTF-8, undecodable bytes replaced. Raises ProtocolError if ``payload`` is not
+    an ERR packet or is shorter than 3 bytes.
+    """
+    if not is_err(payload):
+        raise ProtocolError("not an ERR packet")
+    if len(payload) < 3:
+        raise TruncatedError(f"ERR packet of {len(payload)} bytes", 0)
+    raw = bytes(payload)
+    (code,) = _U16.unpack_from(raw, 1)
+    sqlstate = None
+    pos = 3
+    if len(raw) >= 9 and raw[3:4] == b"#":
+        sqlstate = raw[4:9].decode("ascii", "replace")
+        pos = 9
+    return ServerError(code, raw[pos:].decode("utf-8", "replace"), sqlstate)
+
+
+def read_lenenc_int(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int | None, int]:
+    """Read a length-encoded integer at ``offset``; return (value or None for 0xFB NULL, next offset).
+
+    Raises TruncatedError when ``buf`` ends inside it, ProtocolError on the 0xFF prefix.
+    """
+    if offset >= len(buf):
+        raise TruncatedError("missing length-encoded integer", offset)
+    first = buf[offset]
+    if first < 0xFB:
+        return first, offset + 1
+    if first == 0xFB:
+        return None, offset + 1
+    if first == 0xFF:
+        raise ProtocolError("0xFF is not a length-encoded integer prefix", offset)
+    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
+    if len(buf) - offset - 1 < size:
+        raise TruncatedError("length-encoded integer cut short", offset)
+    return int.from_bytes(buf[offset + 1 : offset + 1 + size], "little"), offset + 1 + size
+
+
+def read_lenenc_bytes(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[bytes | None, int]:
+    """Read a length-encoded string at ``offset``; return (bytes or None for NULL, next offset).
+
+    Raises TruncatedError when ``buf`` ends inside it.
+    """
+    n, pos = read_lenenc_int(buf, offset)
+    if n is None:
+        return None, pos
+    if len(buf) - pos < n:
+        raise TruncatedError(f"length-encoded string of {n} bytes cut short", offset)
+    return bytes(buf[pos : pos + n]), pos + n
+
+
+def encode_lenenc_int(value: int) -> bytes:
+    """Encode ``value`` (0..2**64-1) as a length-encoded integer. Raises ValueError out of range."""
+    if value < 0:
+        raise ValueError(f"negative length-encoded integer: {value}")
+    if value < 0xFB:
+        return bytes([value])
+    if value <= 0xFFFF:
+        return b"\xfc" + _U16.pack(value)
+    if value <= 0xFFFFFF:
+        return b"\xfd" + _U24_LOW.pack(value & 0xFFFF, value >> 16)
+    if value <= 0xFFFFFFFFFFFFFFFF:
+        return b"\xfe" + _U64.pack(value)
+    raise ValueError(f"length-encoded integer too large: {value}")
