@@ -1,0 +1,314 @@
+"""The one binlog event decoder shared by the daemon, the file tools and Spark.
+
+A :class:`Decoder` holds what earlier events told it (the format description,
+the checksum algorithm, the table maps) and turns one complete event's bytes
+into a typed event. It does no I/O: callers split the stream into events
+(:mod:`protocol.reader` for files and buffers) and feed them in order.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from dataclasses import replace
+from typing import Callable
+
+from . import bodies as B
+from . import events as E
+from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
+from .constants import EventType as ET
+from .errors import ChecksumError, EventDecodeError, ProtocolError
+from .primitives import U16, U32, need, packed_len
+from .rowcodec import TableCodec
+from .rows import ROWS_TYPES, decode_rows
+from .tablemap import TableSchema, apply_schema, decode_table_map
+
+HEADER_V4 = struct.Struct("<IBIIIH")
+HEADER_V1 = struct.Struct("<IBII")
+_FDE_FIXED = 2 + 50 + 4 + 1  # binlog version, server version, create timestamp, header length
+_MAX_UNCOMPRESSED = 1 << 32
+
+# Post-header lengths to use before any FORMAT_DESCRIPTION (v4) or for v1/v3 files.
+_DEFAULT_POST_HEADER = {ET.QUERY: 13, ET.ROTATE: 8, ET.LOAD: 18, ET.NEW_LOAD: 18, ET.CREATE_FILE: 18,
+                        ET.APPEND_BLOCK: 4, ET.EXEC_LOAD: 4, ET.DELETE_FILE: 4, ET.BEGIN_LOAD_QUERY: 4,
+                        ET.EXECUTE_LOAD_QUERY: 26, ET.TABLE_MAP: 8, ET.INCIDENT: 2,
+                        ET.PRE_GA_WRITE_ROWS: 8, ET.PRE_GA_UPDATE_ROWS: 8, ET.PRE_GA_DELETE_ROWS: 8,
+                        ET.WRITE_ROWS_V1: 8, ET.UPDATE_ROWS_V1: 8, ET.DELETE_ROWS_V1: 8,
+                        ET.WRITE_ROWS: 10, ET.UPDATE_ROWS: 10, ET.DELETE_ROWS: 10, ET.PARTIAL_UPDATE_ROWS: 10,
+                        ET.GTID: 42, ET.ANONYMOUS_GTID: 42, ET.BINLOG_CHECKPOINT: 4, ET.MARIADB_GTID: 19,
+                        ET.MARIADB_GTID_LIST: 4, ET.QUERY_COMPRESSED: 13,
+                        ET.WRITE_ROWS_COMPRESSED_V1: 8, ET.UPDATE_ROWS_COMPRESSED_V1: 8,
+                        ET.DELETE_ROWS_COMPRESSED_V1: 8, ET.WRITE_ROWS_COMPRESSED: 10,
+                        ET.UPDATE_ROWS_COMPRESSED: 10, ET.DELETE_ROWS_COMPRESSED: 10}
+
+# Servers 5.1.0-5.1.15 and the 5.2.2 "a_drop5p/6p" trees numbered events 16-22 differently;
+# MySQL maps them to today's numbers, and so do we (header.type_code is the mapped code).
+_OLD_TYPE_NUMBERS = {16: ET.TABLE_MAP, 17: ET.PRE_GA_WRITE_ROWS, 18: ET.PRE_GA_UPDATE_ROWS,
+                     19: ET.PRE_GA_DELETE_ROWS, 20: ET.XID, 21: ET.BEGIN_LOAD_QUERY, 22: ET.EXECUTE_LOAD_QUERY}
+_OLD_TYPE_NUMBERS_INV = {v: k for k, v in _OLD_TYPE_NUMBERS.items()}
+
+
+def _renumbered_tree(version: str, n_types: int) -> bool:
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if n_types != 22 or not m:
+        return False
+    v = tuple(int(x) for x in m.groups())
+    return (5, 1, 0) <= v <= (5, 1, 15) or version.startswith(("5.2.2-a_drop5p", "5.2.2-a_drop6p"))
+
+
+SchemaSource = Callable[[str, str], "TableSchema | None"]
+
+
+def server_has_checksums(version: str) -> bool:
+    """True when a server of this version writes the checksum algorithm into its FDE (MySQL 5.6.1+, MariaDB 5.3+)."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if not m:
+        return False
+    v = tuple(int(x) for x in m.groups())
+    return v >= ((5, 3, 0) if "mariadb" in version.lower() else (5, 6, 1))
+
+
+class Decoder:
+    """Decodes complete events, keeping the state earlier events define.
+
+    Args:
+        checksum_alg: the checksum in force before a FORMAT_DESCRIPTION arrives
+            (the daemon sets what it negotiated; files start with their FDE).
+        verify_checksums: check CRC32 footers (default True).
+        schema_source: ``(schema, table) -> TableSchema | None`` for column names
+            when TABLE_MAP carries no optional metadata.
+
+    Fields:
+        fde: the last FormatDescriptionEvent, or None.
+        header_len: 19 (v3/v4) or 13 (v1).
+        checksum_alg: 0, 1 or None.
+        tables: table id → (TableMapEvent, TableCodec) of the current table maps.
+    """
+
+    def __init__(self, checksum_alg: int | None = None, verify_checksums: bool = True,
+                 schema_source: SchemaSource | None = None):
+        self.fde: E.FormatDescriptionEvent | None = None
+        self.header_len = 19
+        self.checksum_alg = checksum_alg
+        self.verify_checksums = verify_checksums
+        self.schema_source = schema_source
+        self.tables: dict[int, tuple[E.TableMapEvent, TableCodec]] = {}
+        self.encrypted_at: int | None = None
+        self._post_header = b""
+        self._type_permutation: dict[int, int] = {}
+        self._table_cache: dict[bytes, list] = {}
+
+    # ------------------------------------------------------------ state
+    def post_header_len(self, type_code: int) -> int:
+        """Post-header length of ``type_code`` per the current FDE (defaults before one)."""
+        idx = type_code - 1
+        if 0 <= idx < len(self._post_header):
+            return self._post_header[idx]
+        return _DEFAULT_POST_HEADER.get(type_code, 0)
+
+    # ------------------------------------------------------------ decoding
+    def decode_header(self, data, pos: int = 0) -> E.EventHeader:
+        """Parse only the common header of the event starting at ``data[0]``.
+
+        Raises:
+            ProtocolError: fewer bytes than a header, or an impossible event length.
+        """
+        if self.header_len == 13:
+            if len(data) < 13:
+                raise ProtocolError(f"event header needs 13 bytes, got {len(data)}", pos)
+            ts, tc, sid, length = HEADER_V1.unpack_from(data, 0)
+            header = E.EventHeader(ts, tc, sid, length, 0, 0, pos)
+        else:
+            if len(data) < 19:
+                raise ProtocolError(f"event header needs 19 bytes, got {len(data)}", pos)
+            header = E.EventHeader(*HEADER_V4.unpack_from(data, 0), pos)
+            if self._type_permutation and header.type_code in self._type_permutation:
+                header = replace(header, type_code=self._type_permutation[header.type_code])
+        if header.event_length < self.header_len:
+            raise ProtocolError(f"event length {header.event_length} is shorter than its header", pos)
+        return header
+
+    def decode(self, data: bytes | memoryview, pos: int = 0) -> E.Event:
+        """Decode one complete event (header, body and checksum: exactly ``event_length`` bytes).
+
+        ``data`` must not change afterwards: row events decode their rows lazily from it.
+
+        Args:
+            data: the event's bytes.
+            pos: where the event starts in its file or stream (for errors and ``header.pos``).
+        Returns:
+            The typed event (UnknownEvent for unknown type codes).
+        Raises:
+            ChecksumError, EventDecodeError, ProtocolError: each naming ``pos``.
+        """
+        view = memoryview(data)
+        header = self.decode_header(view, pos)
+        if header.event_length != len(view):
+            raise ProtocolError(f"{header.type_name} says {header.event_length} bytes, got {len(view)}", pos)
+        if self.encrypted_at is not None:
+            raise EventDecodeError(f"binlog is encrypted from offset {self.encrypted_at} on "
+                                   "(START_ENCRYPTION); binlogd cannot decrypt files", pos, header.type_code)
+        tc = header.type_code
+        alg = self._fde_checksum(view) if tc == ET.FORMAT_DESCRIPTION else self.checksum_alg
+        end = len(view)
+        if alg == CHECKSUM_CRC32:
+            end -= 4
+            if end < self.header_len:
+                raise ProtocolError(f"{header.type_name} too short for its checksum", pos)
+            if self.verify_checksums:
+                self._verify_crc(view, header, pos)
+        body = view[self.header_len:end]
+        try:
+            if tc in ROWS_TYPES:
+                return decode_rows(header, body, self)
+            if tc == ET.TABLE_MAP:
+                return self._table_map(header, body)
+            if tc in (ET.FORMAT_DESCRIPTION, ET.START_V3):
+                return self._format_description(header, body, alg)
+            if tc == ET.TRANSACTION_PAYLOAD:
+                return self._transaction_payload(header, body)
+            if tc == ET.START_ENCRYPTION:
+                self.encrypted_at = header.next_position or pos + header.event_length
+            fn = _DISPATCH.get(tc)
+            if fn is None:
+                return E.UnknownEvent(header, bytes(body))
+            return fn(header, body, self)
+        except EventDecodeError as exc:
+            if exc.offset is None:
+                raise EventDecodeError(f"{header.type_name}: {exc.args[0]}", pos, tc) from exc
+            raise
+        except (struct.error, IndexError, ValueError, KeyError, OverflowError) as exc:
+            raise EventDecodeError(f"{header.type_name}: malformed body ({exc})", pos, tc) from exc
+
+    # ------------------------------------------------------------ checksums
+    def _fde_checksum(self, view: memoryview) -> int | None:
+        """An FDE carries its own checksum algorithm (servers since MySQL 5.6.1 / MariaDB 5.3)."""
+        version = bytes(view[self.header_len + 2:self.header_len + 52]).split(b"\0", 1)[0].decode("ascii", "replace")
+        if not server_has_checksums(version) or len(view) < self.header_len + _FDE_FIXED + 5:
+            return None
+        return view[len(view) - 5]
+
+    def _verify_crc(self, view: memoryview, header: E.EventHeader, pos: int) -> None:
+        expected = U32.unpack_from(view, len(view) - 4)[0]
+        if header.type_code == ET.FORMAT_DESCRIPTION and header.flags & LOG_EVENT_BINLOG_IN_USE_F:
+            raw = bytearray(view[:-4])
+            raw[17] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF  # the server checksums the FDE with the flag clear
+            actual = zlib.crc32(raw)
+        else:
+            actual = zlib.crc32(view[:-4])
+        if actual != expected:
+            raise ChecksumError(f"CRC32 mismatch in {header.type_name} event: stored 0x{expected:08x}, "
+                                f"computed 0x{actual:08x}", pos)
+
+    # ------------------------------------------------------------ stateful events
+    def _format_description(self, header, body: memoryview, alg: int | None) -> E.FormatDescriptionEvent:
+        need(body, 0, 56, "FORMAT_DESCRIPTION")
+        binlog_version = U16.unpack_from(body, 0)[0]
+        server_version = bytes(body[2:52]).split(b"\0", 1)[0].decode("ascii", "replace")
+        created = U32.unpack_from(body, 52)[0]
+        if header.type_code == ET.START_V3:
+            header_len, post = (13 if binlog_version == 1 else 19), b""
+        else:
+            need(body, 56, 1, "FORMAT_DESCRIPTION header length")
+            header_len = body[56]
+            post_end = len(body) - (1 if alg is not None else 0)
+            post = bytes(body[57:post_end])
+            if header_len != 19:
+                raise EventDecodeError(f"FORMAT_DESCRIPTION declares header length {header_len}, expected 19")
+            self._type_permutation = _OLD_TYPE_NUMBERS if _renumbered_tree(server_version, len(post)) else {}
+            if self._type_permutation:
+                post = bytes(post[_OLD_TYPE_NUMBERS_INV.get(t, t) - 1] for t in range(1, len(post) + 1))
+        self.header_len, self._post_header = header_len, post
+        self.checksum_alg = alg
+        self.tables.clear()
+        event = E.FormatDescriptionEvent(header, binlog_version, server_version, created, header_len, post, alg)
+        self.fde = event
+        return event
+
+    def _table_map(self, header, body: memoryview) -> E.TableMapEvent:
+        """Decode a TABLE_MAP, reusing the compiled codec when the same map was seen before."""
+        id_size = 4 if self.post_header_len(ET.TABLE_MAP) == 6 else 6
+        need(body, 0, id_size + 2, "TABLE_MAP post-header")
+        table_id = int.from_bytes(body[:id_size], "little")
+        flags = U16.unpack_from(body, id_size)[0]
+        key = bytes(body[id_size + 2:])
+        entry = self._table_cache.get(key)
+        if entry is None:
+            _, _, schema, table, cols = decode_table_map(body, id_size)
+            base = tuple(cols)
+            entry = [schema, table, base, base, TableCodec(base), None]
+            if len(self._table_cache) >= 4096:
+                self._table_cache.clear()
+            self._table_cache[key] = entry
+        schema, table, base = entry[0], entry[1], entry[2]
+        if self.schema_source is not None and any(c.name is None for c in base):
+            known = self.schema_source(schema, table)
+            if known is not entry[5]:
+                columns = apply_schema(base, known) if known is not None else base
+                entry[3:] = [columns, TableCodec(columns), known]
+        event = E.TableMapEvent(header, table_id, flags, schema, table, entry[3])
+        self.tables[table_id] = (event, entry[4])
+        return event
+
+    def _transaction_payload(self, header, body: memoryview) -> E.TransactionPayloadEvent:
+        fields, pos = {}, 0
+        while pos < len(body):
+            ftype, pos = packed_len(body, pos)
+            if ftype == 0:  # end mark: the payload follows
+                break
+            flen, pos = packed_len(body, pos)
+            need(body, pos, flen, "TRANSACTION_PAYLOAD field")
+            fields[ftype], _ = packed_len(body[pos:pos + flen], 0)
+            pos += flen
+        compression = fields.get(2, 0)
+        payload = body[pos:]
+        size = fields.get(3, len(payload))
+        if compression == 0:
+            if size > _MAX_UNCOMPRESSED:
+                raise EventDecodeError(f"TRANSACTION_PAYLOAD claims {size} uncompressed bytes")
+            import zstandard
+
+            try:
+                raw = zstandard.ZstdDecompressor().decompress(bytes(payload), max_output_size=max(size, 1))
+            except zstandard.ZstdError as exc:
+                raise EventDecodeError(f"TRANSACTION_PAYLOAD zstd: {exc}") from exc
+        elif compression == 255:
+            raw = bytes(payload)
+        else:
+            raise EventDecodeError(f"TRANSACTION_PAYLOAD compression type {compression} is unknown")
+        inner = self._inner_events(raw, header.pos)
+        return E.TransactionPayloadEvent(header, compression, fields.get(1, len(payload)), len(raw), tuple(inner))
+
+    def _inner_events(self, raw: bytes, pos: int) -> list[E.Event]:
+        """Events inside a payload carry no checksums; each keeps the payload's position."""
+        saved, self.checksum_alg = self.checksum_alg, None
+        try:
+            out, off, view = [], 0, memoryview(raw)
+            while off < len(view):
+                length = self.decode_header(view[off:], pos).event_length
+                if off + length > len(view):
+                    raise EventDecodeError(f"event inside TRANSACTION_PAYLOAD runs past its end (inner offset {off})")
+                out.append(self.decode(view[off:off + length], pos))
+                off += length
+            return out
+        finally:
+            self.checksum_alg = saved
+
+
+_DISPATCH = {
+    ET.QUERY: B.decode_query, ET.QUERY_COMPRESSED: B.decode_query, ET.EXECUTE_LOAD_QUERY: B.decode_query,
+    ET.ROTATE: B.decode_rotate, ET.STOP: B.decode_stop, ET.XID: B.decode_xid, ET.INTVAR: B.decode_intvar,
+    ET.RAND: B.decode_rand, ET.USER_VAR: B.decode_user_var, ET.INCIDENT: B.decode_incident,
+    ET.HEARTBEAT: B.decode_heartbeat, ET.HEARTBEAT_V2: B.decode_heartbeat_v2,
+    ET.GTID: B.decode_gtid, ET.ANONYMOUS_GTID: B.decode_gtid, ET.GTID_TAGGED: B.decode_gtid_tagged,
+    ET.PREVIOUS_GTIDS: B.decode_previous_gtids, ET.ROWS_QUERY: B.decode_rows_query,
+    ET.ANNOTATE_ROWS: B.decode_annotate_rows, ET.IGNORABLE: B.decode_ignorable,
+    ET.BEGIN_LOAD_QUERY: B.decode_load_block, ET.APPEND_BLOCK: B.decode_load_block,
+    ET.CREATE_FILE: B.decode_legacy_load, ET.LOAD: B.decode_legacy_load, ET.NEW_LOAD: B.decode_legacy_load,
+    ET.EXEC_LOAD: B.decode_load_file, ET.DELETE_FILE: B.decode_load_file,
+    ET.XA_PREPARE: B.decode_xa_prepare, ET.TRANSACTION_CONTEXT: B.decode_transaction_context,
+    ET.VIEW_CHANGE: B.decode_view_change, ET.MARIADB_GTID: B.decode_mariadb_gtid,
+    ET.MARIADB_GTID_LIST: B.decode_mariadb_gtid_list, ET.BINLOG_CHECKPOINT: B.decode_binlog_checkpoint,
+    ET.START_ENCRYPTION: B.decode_start_encryption,
+}

@@ -1,0 +1,392 @@
+"""Typed binlog events: one frozen, slotted dataclass per event type.
+
+Every event has ``header`` (:class:`EventHeader`); the other fields are the
+event's own. Row events decode their rows lazily on first access of ``rows``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .constants import EventType, event_name
+
+
+@dataclass(frozen=True, slots=True)
+class EventHeader:
+    """The common event header.
+
+    Fields:
+        timestamp: unix seconds the statement started (0 for artificial events).
+        type_code: event type code (see :class:`protocol.constants.EventType`).
+        server_id: server that wrote the event.
+        event_length: total length of the event, header and checksum included.
+        next_position: the log position after this event (0 in v1 headers and
+            for artificial or in-payload events).
+        flags: LOG_EVENT_*_F flags.
+        pos: where the event starts in its file or stream (not part of the wire
+            header; filled in by the reader).
+    """
+
+    timestamp: int
+    type_code: int
+    server_id: int
+    event_length: int
+    next_position: int
+    flags: int
+    pos: int = 0
+
+    @property
+    def type_name(self) -> str:
+        """The event's name without ``_EVENT``, as ``binlogd dump --json`` prints it."""
+        return event_name(self.type_code)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every event. Subclasses add their own fields."""
+
+    header: EventHeader
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownEvent(Event):
+    """An event whose type code the decoder does not know; ``body`` is its raw payload."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FormatDescriptionEvent(Event):
+    """FORMAT_DESCRIPTION (v4) or START_EVENT_V3: the format of every later event.
+
+    Fields:
+        binlog_version: 1, 3 or 4.
+        server_version: e.g. ``"8.0.32"`` or ``"10.11.6-MariaDB-log"``.
+        create_timestamp: when the file was created (0 after the first file).
+        header_length: 13 or 19.
+        post_header_lengths: per event type (index = type code - 1).
+        checksum_alg: 0 (none), 1 (CRC32) or None when the server predates checksums.
+    """
+
+    binlog_version: int
+    server_version: str
+    create_timestamp: int
+    header_length: int
+    post_header_lengths: bytes
+    checksum_alg: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryEvent(Event):
+    """QUERY (and MariaDB QUERY_COMPRESSED, EXECUTE_LOAD_QUERY).
+
+    Fields:
+        thread_id, exec_time, error_code: from the post-header.
+        schema: the default database.
+        query: the statement text.
+        status: decoded status variables by name (``flags2``, ``sql_mode``,
+            ``charset``, ``time_zone``, ``updated_db_names``, ``xid``, …).
+    """
+
+    thread_id: int
+    exec_time: int
+    error_code: int
+    schema: str
+    query: str
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteLoadQueryEvent(QueryEvent):
+    """EXECUTE_LOAD_QUERY: a LOAD DATA statement whose file came in earlier blocks."""
+
+    file_id: int
+    start_pos: int
+    end_pos: int
+    dup_handling: int
+
+
+@dataclass(frozen=True, slots=True)
+class RotateEvent(Event):
+    """ROTATE: the next binlog file and the position to continue at."""
+
+    position: int
+    next_file: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopEvent(Event):
+    """STOP: the server stopped and closed this file."""
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent(Event):
+    """XID: commit of a transactional (InnoDB) transaction."""
+
+    xid: int
+
+
+@dataclass(frozen=True, slots=True)
+class IntvarEvent(Event):
+    """INTVAR: LAST_INSERT_ID (kind 1) or INSERT_ID (kind 2) for the next statement."""
+
+    kind: int
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class RandEvent(Event):
+    """RAND: the two seeds of RAND() for the next statement."""
+
+    seed1: int
+    seed2: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserVarEvent(Event):
+    """USER_VAR: a user variable the next statement uses; ``value`` None means NULL."""
+
+    name: str
+    value: Any
+    value_type: int | None
+    charset: int | None
+    is_unsigned: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentEvent(Event):
+    """INCIDENT: something happened on the primary that replicas cannot replay."""
+
+    incident: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatEvent(Event):
+    """HEARTBEAT / HEARTBEAT_V2: the primary is alive; ``position`` is 64-bit in v2."""
+
+    log_file: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class GtidEvent(Event):
+    """MySQL GTID, ANONYMOUS_GTID or GTID_TAGGED: starts a transaction.
+
+    Fields:
+        sid: server UUID (all zeros for anonymous), gno: sequence number,
+        tag: GTID tag or None, commit_flag: statement committed in one event,
+        last_committed / sequence_number: logical clock (None on 5.6),
+        immediate_commit_ts / original_commit_ts: microseconds (None before 8.0),
+        transaction_length: bytes of the transaction (None before 8.0.2).
+    """
+
+    sid: str
+    gno: int
+    tag: str | None
+    commit_flag: bool
+    last_committed: int | None = None
+    sequence_number: int | None = None
+    immediate_commit_ts: int | None = None
+    original_commit_ts: int | None = None
+    transaction_length: int | None = None
+
+    @property
+    def gtid(self) -> str | None:
+        """``uuid:[tag:]gno``, or None for an anonymous transaction."""
+        if self.header.type_code == EventType.ANONYMOUS_GTID:
+            return None
+        return f"{self.sid}:{self.tag}:{self.gno}" if self.tag else f"{self.sid}:{self.gno}"
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousGtidsEvent(Event):
+    """PREVIOUS_GTIDS: the GTID set of every earlier file (``gtid_set`` in MySQL text form)."""
+
+    gtid_set: str
+
+
+@dataclass(frozen=True, slots=True)
+class RowsQueryEvent(Event):
+    """ROWS_QUERY (MySQL) or ANNOTATE_ROWS (MariaDB): the statement behind the next rows."""
+
+    query: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionContextEvent(Event):
+    """TRANSACTION_CONTEXT (group replication certification info)."""
+
+    server_uuid: str
+    thread_id: int
+    gtid_specified: bool
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ViewChangeEvent(Event):
+    """VIEW_CHANGE (group replication membership change)."""
+
+    view_id: str
+    seq_number: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class XaPrepareEvent(Event):
+    """XA_PREPARE: ``XA PREPARE`` (or one-phase ``XA COMMIT``) of an XA transaction."""
+
+    one_phase: bool
+    format_id: int
+    gtrid: bytes
+    bqual: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionPayloadEvent(Event):
+    """TRANSACTION_PAYLOAD: a whole (compressed) transaction.
+
+    Fields:
+        compression: 0 = zstd, 255 = none.
+        payload_size / uncompressed_size: byte counts.
+        events: the inner events, decoded, in order.
+    """
+
+    compression: int
+    payload_size: int
+    uncompressed_size: int
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBlockEvent(Event):
+    """BEGIN_LOAD_QUERY, APPEND_BLOCK, CREATE_FILE: a block of a LOAD DATA file."""
+
+    file_id: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFileEvent(Event):
+    """EXEC_LOAD, DELETE_FILE: run or drop the LOAD DATA file ``file_id``."""
+
+    file_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyLoadEvent(Event):
+    """LOAD / NEW_LOAD (pre-5.0 LOAD DATA INFILE) and CREATE_FILE's statement part."""
+
+    thread_id: int
+    exec_time: int
+    skip_lines: int
+    schema: str
+    table: str
+    file_name: str
+    fields: tuple[str, ...]
+    file_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IgnorableEvent(Event):
+    """IGNORABLE, or any event flagged LOG_EVENT_IGNORABLE_F the decoder does not know."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MariadbGtidEvent(Event):
+    """MariaDB GTID: starts an event group; ``standalone`` means no BEGIN/COMMIT (DDL).
+
+    Fields:
+        domain_id, seq_no (server id is ``header.server_id``), flags,
+        commit_id: group commit id or None, xid: XA id bytes or None.
+    """
+
+    domain_id: int
+    seq_no: int
+    flags: int
+    commit_id: int | None = None
+    xa_xid: bytes | None = None
+
+    @property
+    def gtid(self) -> str:
+        """``domain-server-seq``."""
+        return f"{self.domain_id}-{self.header.server_id}-{self.seq_no}"
+
+    @property
+    def standalone(self) -> bool:
+        """True when the group is a single statement (DDL), committed by itself."""
+        return bool(self.flags & 1)
+
+
+@dataclass(frozen=True, slots=True)
+class MariadbGtidListEvent(Event):
+    """MariaDB GTID_LIST: the last GTID of each domain before this file."""
+
+    gtids: tuple[str, ...]
+    flags: int
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogCheckpointEvent(Event):
+    """MariaDB BINLOG_CHECKPOINT: the oldest file crash recovery still needs."""
+
+    file: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartEncryptionEvent(Event):
+    """MariaDB START_ENCRYPTION: every later event in the file is encrypted."""
+
+    scheme: int
+    key_version: int
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TableMapEvent(Event):
+    """TABLE_MAP: the table the next row events change, with its column types.
+
+    Fields:
+        table_id, flags, schema, table,
+        columns: one :class:`protocol.tablemap.Column` per column, with whatever
+            the optional metadata (or a schema source) told about it.
+    """
+
+    table_id: int
+    flags: int
+    schema: str
+    table: str
+    columns: tuple  # tuple[protocol.tablemap.Column, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RowsEvent(Event):
+    """WRITE/UPDATE/DELETE/PARTIAL_UPDATE rows (v0, v1, v2, MariaDB compressed).
+
+    Fields:
+        kind: "insert", "update" or "delete".
+        table_id, flags, schema, table.
+        columns: the column names in table order (``@1``… where unknown).
+        rows: for insert/delete a list of ``{column: value}``; for update a list of
+            ``(before, after)`` pairs. Only the columns present in the image appear.
+            Decoded on first access; raises EventDecodeError on malformed rows.
+    """
+
+    kind: str
+    table_id: int
+    flags: int
+    schema: str
+    table: str
+    columns: tuple[str, ...]
+    _decode: Callable[[], list] = field(repr=False, compare=False)
+    _cache: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def rows(self) -> list:
+        cache = self._cache
+        if not cache:
+            cache.append(self._decode())
+        return cache[0]

@@ -1,0 +1,112 @@
+"""Rows events (v0, v1, v2, PARTIAL_UPDATE, MariaDB compressed): framing and lazy row decoding."""
+
+from __future__ import annotations
+
+import struct
+
+from . import events as E
+from .bodies import mariadb_uncompress
+from .constants import EventType as ET
+from .errors import EventDecodeError
+from .primitives import U16, need, packed_int, packed_len, take
+from .rowcodec import TableCodec
+
+_KIND = {}
+for _t in (ET.PRE_GA_WRITE_ROWS, ET.WRITE_ROWS_V1, ET.WRITE_ROWS, ET.WRITE_ROWS_COMPRESSED_V1, ET.WRITE_ROWS_COMPRESSED):
+    _KIND[_t] = "insert"
+for _t in (ET.PRE_GA_UPDATE_ROWS, ET.UPDATE_ROWS_V1, ET.UPDATE_ROWS, ET.PARTIAL_UPDATE_ROWS,
+           ET.UPDATE_ROWS_COMPRESSED_V1, ET.UPDATE_ROWS_COMPRESSED):
+    _KIND[_t] = "update"
+for _t in (ET.PRE_GA_DELETE_ROWS, ET.DELETE_ROWS_V1, ET.DELETE_ROWS, ET.DELETE_ROWS_COMPRESSED_V1, ET.DELETE_ROWS_COMPRESSED):
+    _KIND[_t] = "delete"
+ROWS_TYPES = frozenset(_KIND)
+_V2 = frozenset({ET.WRITE_ROWS, ET.UPDATE_ROWS, ET.DELETE_ROWS, ET.PARTIAL_UPDATE_ROWS,
+                 ET.WRITE_ROWS_COMPRESSED, ET.UPDATE_ROWS_COMPRESSED, ET.DELETE_ROWS_COMPRESSED})
+_COMPRESSED = frozenset({ET.WRITE_ROWS_COMPRESSED_V1, ET.UPDATE_ROWS_COMPRESSED_V1, ET.DELETE_ROWS_COMPRESSED_V1,
+                         ET.WRITE_ROWS_COMPRESSED, ET.UPDATE_ROWS_COMPRESSED, ET.DELETE_ROWS_COMPRESSED})
+_PRE_GA = frozenset({ET.PRE_GA_WRITE_ROWS, ET.PRE_GA_UPDATE_ROWS, ET.PRE_GA_DELETE_ROWS})
+_NO_PARTIAL: frozenset = frozenset()
+STMT_END_F = 0x0001
+
+
+def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
+    """Frame a rows event; its rows are decoded on first access of ``.rows``.
+
+    Raises:
+        EventDecodeError: no TABLE_MAP seen for its table id, or a malformed frame.
+    """
+    id_size = 4 if ctx.post_header_len(h.type_code) == 6 else 6
+    need(body, 0, id_size + 2, "rows post-header")
+    table_id = int.from_bytes(body[:id_size], "little")
+    flags = U16.unpack_from(body, id_size)[0]
+    pos = id_size + 2
+    if h.type_code in _V2:
+        need(body, pos, 2, "rows extra data length")
+        extra = U16.unpack_from(body, pos)[0]
+        if extra < 2:
+            raise EventDecodeError(f"rows extra data length {extra} < 2")
+        _, pos = take(body, pos, extra, "rows extra data")
+    entry = ctx.tables.get(table_id)
+    if entry is None:
+        raise EventDecodeError(f"rows event for table id {table_id} with no TABLE_MAP before it")
+    table_map, codec = entry
+    width, pos = packed_len(body, pos)
+    if width != len(codec.columns):
+        raise EventDecodeError(f"rows event has {width} columns, TABLE_MAP of {table_map.schema}.{table_map.table} "
+                               f"has {len(codec.columns)}")
+    nbytes = (width + 7) // 8
+    present, pos = take(body, pos, nbytes, "columns-present bitmap")
+    present_before = int.from_bytes(present, "little")
+    kind = _KIND[h.type_code]
+    present_after = None
+    if kind == "update" and h.type_code != ET.PRE_GA_UPDATE_ROWS:
+        after, pos = take(body, pos, nbytes, "columns-present bitmap (after image)")
+        present_after = int.from_bytes(after, "little")
+    data = body[pos:]
+    if h.type_code in _COMPRESSED:
+        data = memoryview(mariadb_uncompress(data))
+    partial = h.type_code == ET.PARTIAL_UPDATE_ROWS
+
+    null_offset = 1 if h.type_code in _PRE_GA else 0
+
+    def decode() -> list:
+        return _decode_rows(codec, kind, data, present_before, present_after, partial, h, null_offset)
+
+    return E.RowsEvent(h, kind, table_id, flags, table_map.schema, table_map.table, codec.labels, decode)
+
+
+def _decode_rows(codec: TableCodec, kind: str, data: memoryview, present_before: int,
+                 present_after: int | None, partial: bool, h, null_offset: int) -> list:
+    first = codec.image(present_before, null_offset)
+    second = codec.image(present_after if present_after is not None else present_before, null_offset)
+    out = []
+    pos, end = 0, len(data)
+    try:
+        if kind != "update":
+            while pos < end:
+                row, pos = first(data, pos, _NO_PARTIAL)
+                out.append(row)
+        else:
+            while pos < end:
+                before, pos = first(data, pos, _NO_PARTIAL)
+                partial_cols = _NO_PARTIAL
+                if partial:
+                    partial_cols, pos = _partial_columns(codec, data, pos)
+                after, pos = second(data, pos, partial_cols)
+                out.append((before, after))
+    except EventDecodeError as exc:
+        raise EventDecodeError(f"row {len(out) + 1} of {kind}: {exc.args[0]}", h.pos, h.type_code) from exc
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
+        raise EventDecodeError(f"malformed row {len(out) + 1}: {exc}", h.pos, h.type_code) from exc
+    return out
+
+
+def _partial_columns(codec: TableCodec, data: memoryview, pos: int) -> tuple[frozenset, int]:
+    """PARTIAL_UPDATE_ROWS: value_options, then one bit per JSON column of the table."""
+    options, pos = packed_int(data, pos)
+    if not options or not options & 1:
+        return _NO_PARTIAL, pos
+    njson = len(codec.json_columns)
+    raw, pos = take(data, pos, (njson + 7) // 8, "partial JSON bitmap")
+    bits = int.from_bytes(raw, "little")
+    return frozenset(idx for k, idx in enumerate(codec.json_columns) if bits >> k & 1), pos
