@@ -14,6 +14,7 @@ tests marked ``slow`` run only with ``--runslow``.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -46,13 +47,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_slow)
 
 
+def _skip_or_fail(reason: str) -> None:
+    """Skip on a developer machine; fail under CI (CI=true), where the server and corpus must be there."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI=true: required here)", pytrace=False)
+    pytest.skip(reason)
+
+
 def _start_local(request: pytest.FixtureRequest, extra_args: list[str]) -> LocalServer:
     try:
         from binlogd.localserver import ensure_installed
 
         ensure_installed()
     except RuntimeError as exc:
-        pytest.skip(f"no local MariaDB/MySQL server: {exc}")
+        _skip_or_fail(f"no local MariaDB/MySQL server: {exc}")
     server = LocalServer(extra_args=extra_args)
     request.addfinalizer(server.cleanup)
     server.start()
@@ -187,5 +195,5 @@ def mysql84():
 def corpus() -> Path:
     """The shared corpus of real binlog files (../shared/binlogs from the repo root)."""
     if not CORPUS.is_dir():
-        pytest.skip(f"binlog corpus not found at {CORPUS}: conformance tests skipped")
+        _skip_or_fail(f"binlog corpus not found at {CORPUS}: conformance tests skipped")
     return CORPUS
