@@ -57,6 +57,9 @@ def _renumbered_tree(version: str, n_types: int) -> bool:
     return (5, 1, 0) <= v <= (5, 1, 15) or version.startswith(("5.2.2-a_drop5p", "5.2.2-a_drop6p"))
 
 
+# Post-header lengths of binlog v1/v3 (3.23, 4.0) by type 1..14; ROTATE's (8) is 0 in v1.
+_V1_V3_POST_HEADER = bytes([56, 11, 0, 8, 0, 18, 0, 4, 4, 4, 4, 18, 0, 0])
+
 SchemaSource = Callable[[str, str], "TableSchema | None"]
 
 
@@ -144,6 +147,11 @@ class Decoder:
         """
         view = memoryview(data)
         header = self.decode_header(view, pos)
+        if header.type_code == ET.START_V3 and self.fde is None:
+            # A file's first event tells the header size: START_V3's body is 56 bytes, so a
+            # 69-byte event has the 13-byte v1 header (whose length field sits at the same offset).
+            self.header_len = 13 if header.event_length == 13 + 56 else 19
+            header = self.decode_header(view, pos)
         if header.event_length != len(view):
             raise ProtocolError(f"{header.type_name} says {header.event_length} bytes, got {len(view)}", pos)
         if self.encrypted_at is not None:
@@ -208,11 +216,14 @@ class Decoder:
         server_version = bytes(body[2:52]).split(b"\0", 1)[0].decode("ascii", "replace")
         created = U32.unpack_from(body, 52)[0]
         if header.type_code == ET.START_V3:
-            header_len, post = (13 if binlog_version == 1 else 19), b""
+            header_len = 13 if binlog_version == 1 else 19
+            post = _V1_V3_POST_HEADER[:3] + bytes([0 if binlog_version == 1 else 8]) + _V1_V3_POST_HEADER[4:]
         else:
             need(body, 56, 1, "FORMAT_DESCRIPTION header length")
             header_len = body[56]
-            post_end = len(body) - (1 if alg is not None else 0)
+            # Checksum-capable servers end the FDE with the algorithm byte and 4 checksum
+            # bytes, written even when the algorithm is NONE (the CRC32 ones are already cut).
+            post_end = len(body) if alg is None else len(body) - 1 - (0 if alg == CHECKSUM_CRC32 else 4)
             post = bytes(body[57:post_end])
             if header_len != 19:
                 raise EventDecodeError(f"FORMAT_DESCRIPTION declares header length {header_len}, expected 19")

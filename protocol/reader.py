@@ -28,8 +28,10 @@ def check_magic(view, offset: int = 0) -> None:
         raise ProtocolError(f"not a binlog file: magic is {head.hex()} instead of fe62696e", offset)
 
 
-def event_bounds(view, pos: int, header_len: int) -> int | None:
+def event_bounds(view, pos: int, header_len: int, base: int = 0) -> int | None:
     """Length of the event at ``pos``, or None if the bytes there end before it does.
+
+    ``base`` is added to ``pos`` in error offsets (the stream offset of ``view[0]``).
 
     Raises:
         ProtocolError: an event length smaller than a header (nothing sane follows).
@@ -38,7 +40,7 @@ def event_bounds(view, pos: int, header_len: int) -> int | None:
         return None
     length = U32.unpack_from(view, pos + _LENGTH_AT)[0]
     if length < header_len:
-        raise ProtocolError(f"event length {length} is shorter than the {header_len}-byte header", pos)
+        raise ProtocolError(f"event length {length} is shorter than the {header_len}-byte header", base + pos)
     return length if pos + length <= len(view) else None
 
 
@@ -118,7 +120,7 @@ class EventReader:
             del self._buf[:4]
             self.offset += 4
             self._need_magic = False
-        length = event_bounds(self._buf, 0, self.decoder.header_len)
+        length = event_bounds(self._buf, 0, self.decoder.header_len, self.offset)
         if length is None:
             return None
         raw = bytes(self._buf[:length])

@@ -1,0 +1,119 @@
+"""The ``binlogd`` command line: ``info``, ``dump``, ``demo``.
+
+Exit codes: 0 success; 1 the input is bad (not a binlog, truncated, corrupt,
+unreadable); 2 usage or configuration error; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from datetime import datetime, timezone
+
+from protocol.errors import BinlogError
+from protocol.serialize import dumps, event_to_dict, flatten
+
+from . import filetools
+from .textformat import format_event
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _datetime(text: str) -> int:
+    """``YYYY-MM-DD HH:MM:SS`` (UTC unless an offset is given) as unix seconds."""
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a datetime: {text!r} (use 'YYYY-MM-DD HH:MM:SS')")
+    return int((dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp())
+
+
+def _out(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+
+
+def cmd_info(args) -> int:
+    status = EXIT_OK
+    for path in args.files:
+        try:
+            result = filetools.info(path)
+        except (BinlogError, OSError) as exc:
+            _error(path, exc)
+            status = EXIT_BAD_INPUT
+            continue
+        if args.json:
+            _out(dumps(dataclasses.asdict(result)) + b"\n")
+        else:
+            width = max(len(f.name) for f in dataclasses.fields(result))
+            for key, value in dataclasses.asdict(result).items():
+                _out(f"{key:<{width}}  {'' if value is None else value}\n".encode())
+            _out(b"\n")
+    return status
+
+
+def cmd_dump(args) -> int:
+    for path in args.files:
+        try:
+            for event in filetools.dump_events(path, args.start_position, args.stop_position):
+                ts = event.header.timestamp
+                if args.stop_datetime is not None and ts >= args.stop_datetime and ts:
+                    break
+                if args.start_datetime is not None and ts < args.start_datetime:
+                    continue
+                for item in flatten(event):
+                    if args.json:
+                        _out(dumps(event_to_dict(item, path)) + b"\n")
+                    else:
+                        _out(format_event(item).encode("utf-8", "backslashreplace") + b"\n")
+        except (BinlogError, OSError) as exc:
+            sys.stdout.flush()
+            _error(path, exc)
+            return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
+def _error(path: str, exc: BaseException) -> None:
+    message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    print(f"binlogd: {path}: {message}", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="binlogd", description="MySQL/MariaDB binlog decoder and CDC daemon")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="describe binlog files (begin/end time, GTIDs, next file) by seeking")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--json", action="store_true", help="one JSON object per file")
+    p.set_defaults(func=cmd_info)
+    p = sub.add_parser("dump", help="print decoded events")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--json", action="store_true", help="one JSON object per event")
+    p.add_argument("--start-position", type=int, help="first event offset (an event boundary)")
+    p.add_argument("--stop-position", type=int, help="stop before the event at or after this offset")
+    p.add_argument("--start-datetime", type=_datetime, help="skip events before this time (UTC)")
+    p.add_argument("--stop-datetime", type=_datetime, help="stop at the first event at or after this time (UTC)")
+    p.set_defaults(func=cmd_dump)
+    p = sub.add_parser("demo", help="throwaway MariaDB + changes + decoded change events")
+    p.add_argument("--transactions", type=int, default=20, help="how many transactions to write")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

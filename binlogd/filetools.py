@@ -1,0 +1,241 @@
+"""The file tools: ``binlogd info`` (seek, do not scan) and ``binlogd dump``.
+
+``info`` reads the FORMAT_DESCRIPTION and the first events, then finds the
+last event from the end: a binlog that a ROTATE or STOP closes ends with an
+event whose ``next_position`` equals the file size and whose length reaches
+back to its own start, which (with its CRC32 when the file has one) pins it
+down without reading what lies between. The same test steps back event by
+event to the last GTID. Files without such an ending (still being written,
+truncated, relay logs, v1/v3) fall back to a header walk, reported as
+``method: "scan"``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from protocol.constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F, MAGIC, EventType as ET
+from protocol.decoder import HEADER_V4, Decoder
+from protocol.errors import BinlogError, ProtocolError, TruncatedError
+from protocol.events import Event, FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, RotateEvent
+from protocol.reader import check_magic, iter_events
+
+_GTID_TYPES = {ET.GTID, ET.GTID_TAGGED, ET.MARIADB_GTID}
+_CLOSING_TYPES = {ET.ROTATE, ET.STOP}
+_FORWARD_EVENTS = 64          # events read from the start looking for the first GTID
+_BACKWARD_EVENTS = 4096       # events stepped back from the end looking for the last GTID
+
+
+@dataclass
+class BinlogInfo:
+    """What ``binlogd info`` reports for one file (keys of ``--json``)."""
+
+    file: str
+    size: int
+    binlog_version: int | None = None
+    server_version: str | None = None
+    checksum: str | None = None
+    begin_time: int | None = None
+    end_time: int | None = None
+    next_file: str | None = None
+    first_gtid: str | None = None
+    last_gtid: str | None = None
+    closed_cleanly: bool = False
+    method: str = "seek"
+    truncated_at: int | None = None
+
+
+def _gtid_text(event: Event) -> str | None:
+    if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+        return event.gtid
+    return None
+
+
+class _File:
+    """Random access to a binlog file by offset."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        self.size = os.fstat(self.fd).st_size
+
+    def read(self, offset: int, n: int) -> bytes:
+        return os.pread(self.fd, n, offset)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def info(path: str | os.PathLike) -> BinlogInfo:
+    """Describe one binlog file, seeking rather than scanning where the file allows.
+
+    Raises:
+        BinlogError: not a binlog, or no complete FORMAT_DESCRIPTION at its start.
+        OSError: the file cannot be read.
+    """
+    f = _File(Path(path))
+    try:
+        return _info(f)
+    finally:
+        f.close()
+
+
+def _info(f: _File) -> BinlogInfo:
+    result = BinlogInfo(file=str(f.path), size=f.size)
+    check_magic(f.read(0, 4))
+    decoder = Decoder()
+    first = _read_event(f, 4, decoder)
+    if first is None:
+        raise TruncatedError("file ends inside its first event (no complete FORMAT_DESCRIPTION)", 4)
+    if not isinstance(first, FormatDescriptionEvent):
+        raise ProtocolError(f"first event is {first.header.type_name}, not FORMAT_DESCRIPTION", 4)
+    result.binlog_version, result.server_version = first.binlog_version, first.server_version
+    result.checksum = {0: "NONE", 1: "CRC32"}.get(first.checksum_alg) if first.checksum_alg is not None else None
+    result.begin_time = first.header.timestamp
+    result.closed_cleanly = not first.header.flags & LOG_EVENT_BINLOG_IN_USE_F
+    pos = first.header.next_position or 4 + first.header.event_length
+    # First GTID: it comes right after the FDE and the previous-GTIDs/GTID-list events.
+    for _ in range(_FORWARD_EVENTS):
+        event = _read_event(f, pos, decoder)
+        if event is None:
+            break
+        if event.header.type_code in _GTID_TYPES:
+            result.first_gtid = _gtid_text(event)
+            break
+        pos += event.header.event_length
+    last = _closing_event(f, decoder) if first.binlog_version == 4 else None
+    if last is None:
+        return _scan(f, result)
+    result.end_time = last.header.timestamp
+    if isinstance(last, RotateEvent):
+        result.next_file = last.next_file
+    result.last_gtid = _last_gtid_backward(f, decoder, last.header.pos)
+    if result.last_gtid is None and result.first_gtid is not None:
+        return _scan(f, result)
+    return result
+
+
+def _read_event(f: _File, pos: int, decoder: Decoder) -> Event | None:
+    """Decode the event at ``pos``, or None if the file ends inside it."""
+    head = f.read(pos, 19)
+    if len(head) < 19:
+        return None
+    length = HEADER_V4.unpack_from(head, 0)[3]
+    if length < 19 or pos + length > f.size:
+        return None
+    return decoder.decode(f.read(pos, length), pos)
+
+
+def _event_ending_at(f: _File, end: int, crc: bool, types=None, max_window: int = 1 << 30) -> int | None:
+    """Start of the event whose bytes end exactly at ``end``, found by looking back.
+
+    A candidate start q must have length == end - q and next_position == end
+    (and a type in ``types`` when given); with CRC32 its checksum must verify too.
+    The window looked at grows from 4 KiB up to ``max_window`` bytes.
+    """
+    window = 4096
+    while True:
+        lo = max(4, end - min(window, max_window))
+        block = f.read(lo, end - lo)
+        for q in range(len(block) - 19, -1, -1):
+            _, tc, _, length, next_pos, _ = HEADER_V4.unpack_from(block, q)
+            if length != len(block) - q or next_pos != end or (types and tc not in types):
+                continue
+            if crc and zlib.crc32(memoryview(block)[q:-4]) != int.from_bytes(block[-4:], "little"):
+                continue
+            return lo + q
+        if lo == 4 or window >= max_window:
+            return None
+        window *= 8
+
+
+def _closing_event(f: _File, decoder: Decoder) -> Event | None:
+    """The ROTATE or STOP that ends the file, or None when it does not end with one (looks at 4 KiB)."""
+    start = _event_ending_at(f, f.size, decoder.checksum_alg == CHECKSUM_CRC32, _CLOSING_TYPES, 4096)
+    return None if start is None else decoder.decode(f.read(start, f.size - start), start)
+
+
+def _last_gtid_backward(f: _File, decoder: Decoder, end: int) -> str | None:
+    """Step back event by event from ``end`` to the last GTID event (bounded)."""
+    crc = decoder.checksum_alg == CHECKSUM_CRC32
+    for _ in range(_BACKWARD_EVENTS):
+        if end <= 4:
+            return None
+        start = _event_ending_at(f, end, crc)
+        if start is None:
+            return None
+        head = f.read(start, 19)
+        if head[4] in _GTID_TYPES:
+            return _gtid_text(decoder.decode(f.read(start, end - start), start))
+        if head[4] == ET.FORMAT_DESCRIPTION:
+            return None
+        end = start
+    return None
+
+
+def _scan(f: _File, result: BinlogInfo) -> BinlogInfo:
+    """Header walk of the whole file: for files that do not end with ROTATE or STOP."""
+    result.method = "scan"
+    decoder = Decoder()
+    result.next_file = result.last_gtid = None
+    pos, header_len = 4, 19
+    while pos < f.size:
+        head = f.read(pos, 19)
+        if len(head) < header_len:
+            result.truncated_at = pos
+            break
+        length = int.from_bytes(head[9:13], "little")
+        if length < header_len or pos + length > f.size:
+            result.truncated_at = pos
+            break
+        tc = head[4]
+        if pos == 4 or tc in _GTID_TYPES or tc in _CLOSING_TYPES or tc == ET.FORMAT_DESCRIPTION:
+            event = decoder.decode(f.read(pos, length), pos)
+            header_len = decoder.header_len
+            if tc in _GTID_TYPES:
+                result.last_gtid = _gtid_text(event)
+                result.first_gtid = result.first_gtid or result.last_gtid
+            if isinstance(event, RotateEvent) and pos + length == f.size:
+                result.next_file = event.next_file
+        result.end_time = int.from_bytes(head[0:4], "little")
+        pos += length
+    return result
+
+
+@contextmanager
+def mapped(path: str | os.PathLike) -> Iterator[memoryview]:
+    """The whole file as a read-only memoryview (mmap; empty files as b"")."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            yield memoryview(b"")
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            try:
+                yield view
+            finally:
+                view.release()
+
+
+def dump_events(path: str | os.PathLike, start_position: int | None = None,
+                stop_position: int | None = None) -> Iterator[Event]:
+    """Decode the events of one file from ``start_position`` (an event boundary) to before ``stop_position``.
+
+    Consume each event before asking for the next: rows are decoded lazily from the mapped file.
+
+    Raises:
+        BinlogError: bad magic, truncation, checksum or decode errors, naming the offset.
+    """
+    with mapped(path) as view:
+        if len(view) < 4 and MAGIC.startswith(bytes(view)):
+            raise TruncatedError(f"file is {len(view)} bytes, shorter than the binlog magic", 0)
+        yield from iter_events(view, Decoder(), start=start_position or 4, stop=stop_position)
+
+
+__all__ = ["BinlogInfo", "BinlogError", "dump_events", "info"]

@@ -1,0 +1,115 @@
+"""Events and row values as JSON-ready objects, in the forms DESIGN.md fixes.
+
+``binlogd dump --json``, the JSON-lines sink and the Spark source all go
+through :func:`event_to_dict` and :func:`dumps`, so they agree byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from base64 import b64encode
+from decimal import Decimal
+
+import orjson
+
+from . import events as E
+from .tablemap import Column
+
+_SKIP = {"header", "_decode", "_cache", "events"}
+
+
+def _default(obj):
+    """orjson fallback: exact decimals as JSON numbers, bytes as base64, other values as text."""
+    if isinstance(obj, Decimal):
+        return orjson.Fragment(format(obj, "f").encode())
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return b64encode(obj).decode("ascii")
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def dumps(obj) -> bytes:
+    """JSON bytes (no trailing newline) for an event dict or a change event."""
+    return orjson.dumps(obj, default=_default)
+
+
+def column_to_dict(col: Column) -> dict:
+    """A TABLE_MAP column as JSON: only the facts that are known."""
+    out = {"name": col.label, "type": int(col.type), "meta": col.meta, "nullable": col.nullable}
+    for key in ("unsigned", "collation", "enum_values", "set_values", "geometry_type", "vector_dimensions"):
+        value = getattr(col, key)
+        if value is not None:
+            out[key] = value
+    if col.primary_key:
+        out["primary_key"] = True
+    if not col.visible:
+        out["visible"] = False
+    return out
+
+
+def rows_to_json(event: E.RowsEvent) -> list:
+    """WRITE/DELETE rows as ``{column: value}``; UPDATE rows as ``{"before": …, "after": …}``."""
+    if event.kind == "update":
+        return [{"before": before, "after": after} for before, after in event.rows]
+    return event.rows
+
+
+def event_to_dict(event: E.Event, file: str | None = None) -> dict:
+    """One event as the stable JSON object of ``binlogd dump --json``.
+
+    Keys: file, pos, next_pos, timestamp, type, server_id, then the event's own
+    fields. Row events add schema, table and rows; TABLE_MAP's columns are
+    objects; a TRANSACTION_PAYLOAD gives ``event_count`` (its events follow it).
+    """
+    h = event.header
+    out = {"file": file, "pos": h.pos, "next_pos": h.next_position, "timestamp": h.timestamp,
+           "type": h.type_name, "server_id": h.server_id}
+    if isinstance(event, E.RowsEvent):
+        out.update(schema=event.schema, table=event.table, table_id=event.table_id, flags=event.flags,
+                   rows=rows_to_json(event))
+        return out
+    for f in dataclasses.fields(event):
+        if f.name in _SKIP:
+            continue
+        value = getattr(event, f.name)
+        if f.name == "columns":
+            value = [column_to_dict(c) for c in value]
+        elif f.name == "post_header_lengths":
+            value = list(value)
+        out[f.name] = value
+    if isinstance(event, E.GtidEvent):
+        out["gtid"] = event.gtid
+    elif isinstance(event, E.MariadbGtidEvent):
+        out["gtid"], out["standalone"] = event.gtid, event.standalone
+    elif isinstance(event, E.TransactionPayloadEvent):
+        out["event_count"] = len(event.events)
+    return out
+
+
+def flatten(event: E.Event):
+    """The event, then (for a TRANSACTION_PAYLOAD) its inner events in order."""
+    yield event
+    if isinstance(event, E.TransactionPayloadEvent):
+        yield from event.events
+
+
+def change_events(event: E.RowsEvent, file: str | None, gtid: str | None):
+    """The change events (DESIGN.md's JSON-lines contract) of one rows event, one per row.
+
+    Yields dicts with op, schema, table, before, after, ts and source
+    (server_id, file, pos, gtid, row); ``source.pos`` is the rows event's position.
+    """
+    h = event.header
+    base = {"server_id": h.server_id, "file": file, "pos": h.pos, "gtid": gtid}
+    for index, row in enumerate(event.rows):
+        if event.kind == "update":
+            before, after = row
+        elif event.kind == "insert":
+            before, after = None, row
+        else:
+            before, after = row, None
+        yield {"op": event.kind, "schema": event.schema, "table": event.table, "before": before,
+               "after": after, "ts": h.timestamp, "source": {**base, "row": index}}
