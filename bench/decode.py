@@ -1,0 +1,342 @@
+"""Decode benchmark (issue 7): binlogd against python-mysql-replication and mariadb-binlog.
+
+``python -m bench.decode [--rows N] [--json] [--profile]`` is the whole benchmark in one command:
+
+1. starts a throwaway MariaDB (ROW format, FULL row image, FULL row metadata) with
+   :class:`binlogd.localserver.LocalServer`;
+2. writes the workload: ``--rows`` inserts in 500-row transactions into a 10-column table,
+   then rows/10 updates and rows/20 deletes (also 500 rows per statement), then
+   ``FLUSH BINARY LOGS``;
+3. measures, in the same run and against the same log, best of ``--repeat`` (3) runs each:
+
+   (a) **binlogd**: :func:`binlogd.filetools.dump_events` over every binlog file from disk,
+       every row value materialised (``RowsEvent.rows``);
+   (b) **python-mysql-replication** (the Python peer): ``BinLogStreamReader`` streaming the
+       server's log from the first file over TCP, non-blocking, every row's values touched;
+   (c) **mariadb-binlog** ``--base64-output=decode-rows -vv`` on the same files to /dev/null
+       (the C reference);
+
+4. checks that all three saw the same number of row changes (an update's before/after pair is
+   one change) and exits with status 1 if not;
+5. prints rows/s for each, binlogd/peer ratios, the machine and the date (``--json``: one JSON
+   object). ``--profile`` adds a cProfile run of binlogd's path (top 15 by tottime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as dt
+import io
+import json
+import os
+import platform
+import pstats
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TXN_ROWS = 500          # rows per INSERT / UPDATE / DELETE statement (one transaction each)
+DEFAULT_ROWS = 200_000
+SCHEMA = "bench"
+TABLE = "t"
+PEER_SERVER_ID = 4242   # replica server id used by python-mysql-replication
+PEER_INSTALL_HINT = (
+    "python-mysql-replication is not importable. Install it into the project's venv with:\n"
+    "    .venv/bin/pip install 'mysql-replication==1.0.17'"
+)
+
+CREATE_TABLE = f"""
+CREATE TABLE {SCHEMA}.{TABLE} (
+  id        BIGINT NOT NULL PRIMARY KEY,
+  c_int     INT,
+  c_varchar VARCHAR(64),
+  c_decimal DECIMAL(12,4),
+  c_dt      DATETIME(6),
+  c_double  DOUBLE,
+  c_text    TEXT,
+  c_tiny    TINYINT,
+  c_date    DATE,
+  c_json    JSON
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+"""
+
+SERVER_ARGS = [
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+    "--innodb-buffer-pool-size=256M",  # the table fits: the load phase is not what we measure
+]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- workload
+
+
+_WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
+          "lambda", "mu", "café", "naïve", "€uro", "Straße")
+
+
+def _row_sql(i: int, rnd: random.Random) -> str:
+    """One VALUES tuple for id ``i`` (deterministic for a given seed); some columns NULL."""
+    words = _WORDS
+    varchar = " ".join(rnd.choice(words) for _ in range(rnd.randint(1, 6)))[:64]
+    dec = f"{rnd.randint(-99_999_999, 99_999_999)}.{rnd.randint(0, 9999):04d}"
+    ts = (f"20{rnd.randint(0, 29):02d}-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d} "
+          f"{rnd.randint(0, 23):02d}:{rnd.randint(0, 59):02d}:{rnd.randint(0, 59):02d}.{rnd.randint(0, 999_999):06d}")
+    dbl = repr(rnd.uniform(-1e9, 1e9))
+    text = "NULL" if i % 7 == 0 else "'" + " ".join(rnd.choice(words) for _ in range(rnd.randint(5, 40))) + "'"
+    tiny = "NULL" if i % 11 == 0 else str(rnd.randint(-128, 127))
+    date = f"'{rnd.randint(1970, 2037)}-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}'"
+    js = ('{"id": %d, "name": "%s", "score": %s, "tags": ["%s", "%s"], "active": %s, "nested": {"n": %d}}'
+          % (i, rnd.choice(words), rnd.randint(0, 10_000) / 8, rnd.choice(words), rnd.choice(words),
+             "true" if i % 2 else "false", rnd.randint(0, 1 << 40)))
+    return (f"({i},{rnd.randint(-2**31, 2**31 - 1)},'{varchar}',{dec},'{ts}',{dbl},{text},{tiny},"
+            f"{date},'{js}')")
+
+
+def write_workload(conn, rows: int) -> dict:
+    """Load the table; return the number of row changes of each kind the binlog must hold."""
+    rnd = random.Random(20240607)
+    cur = conn.cursor()
+    cur.execute(f"CREATE DATABASE {SCHEMA}")
+    cur.execute(CREATE_TABLE)
+    prefix = f"INSERT INTO {SCHEMA}.{TABLE} VALUES "
+    for start in range(1, rows + 1, TXN_ROWS):
+        stop = min(start + TXN_ROWS, rows + 1)
+        cur.execute(prefix + ",".join(_row_sql(i, rnd) for i in range(start, stop)))
+    n_upd, n_del = rows // 10, rows // 20
+    # updates on the lowest ids, deletes on the highest: the two sets do not overlap
+    for start in range(1, n_upd + 1, TXN_ROWS):
+        stop = min(start + TXN_ROWS - 1, n_upd)
+        cur.execute(f"UPDATE {SCHEMA}.{TABLE} SET c_int = c_int DIV 2 + 1, "
+                    f"c_varchar = CONCAT('upd ', id), c_double = c_double * 1.5, "
+                    f"c_dt = c_dt + INTERVAL 1 SECOND WHERE id BETWEEN {start} AND {stop}")
+    del_first = rows - n_del + 1
+    for start in range(del_first, rows + 1, TXN_ROWS):
+        stop = min(start + TXN_ROWS - 1, rows)
+        cur.execute(f"DELETE FROM {SCHEMA}.{TABLE} WHERE id BETWEEN {start} AND {stop}")
+    cur.execute("FLUSH BINARY LOGS")
+    cur.close()
+    return {"insert": rows, "update": n_upd, "delete": n_del}
+
+
+# --------------------------------------------------------------------------- the three decoders
+
+
+def run_binlogd(files: list[Path]) -> tuple[int, int]:
+    """Decode every file from disk with every row materialised; (row changes, values touched)."""
+    from binlogd.filetools import dump_events
+    from protocol.events import RowsEvent
+
+    changes = values = 0
+    for path in files:
+        for ev in dump_events(path):
+            if type(ev) is RowsEvent:
+                rows = ev.rows
+                changes += len(rows)
+                if ev.kind == "update":
+                    for before, after in rows:
+                        values += len(before) + len(after)
+                else:
+                    for row in rows:
+                        values += len(row)
+    return changes, values
+
+
+def run_peer(srv, first_file: str) -> tuple[int, int]:
+    """python-mysql-replication streaming the server's whole log; (row changes, values touched)."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    settings = {"host": srv.host, "port": srv.port, "user": srv.repl_user, "passwd": srv.repl_password}
+    stream = BinLogStreamReader(
+        connection_settings=settings,
+        server_id=PEER_SERVER_ID,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        resume_stream=False,
+        blocking=False,
+        log_file=first_file,  # from the start of the log, not of the current file
+        log_pos=4,
+    )
+    changes = values = 0
+    try:
+        for ev in stream:
+            rows = ev.rows
+            changes += len(rows)
+            if isinstance(ev, UpdateRowsEvent):
+                for row in rows:
+                    values += len(row["before_values"]) + len(row["after_values"])
+            else:
+                for row in rows:
+                    values += len(row["values"])
+    finally:
+        stream.close()
+    return changes, values
+
+
+def mariadb_binlog_cmd(files: list[Path]) -> list[str]:
+    exe = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
+    if exe is None:
+        raise SystemExit("mariadb-binlog (or mysqlbinlog) not found in PATH: install mariadb-client")
+    return [exe, "--no-defaults", "--base64-output=decode-rows", "-vv", *map(str, files)]
+
+
+def run_mariadb_binlog(cmd: list[str]) -> None:
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+
+
+_ROW_LINE = re.compile(rb"^### (INSERT INTO|UPDATE|DELETE FROM) ", re.M)
+
+
+def count_mariadb_binlog(cmd: list[str]) -> int:
+    """Row changes in mariadb-binlog's output (one untimed run): one '### INSERT/UPDATE/DELETE' each."""
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True).stdout
+    return len(_ROW_LINE.findall(out))
+
+
+def best_of(n: int, fn, *args):
+    """(best seconds, result of the last run)."""
+    best, result = float("inf"), None
+    for _ in range(n):
+        t0 = time.perf_counter()
+        result = fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "os": f"{platform.system()} {platform.release()}"}
+
+
+def profile_binlogd(files: list[Path], top: int = 15) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    run_binlogd(files)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=DEFAULT_ROWS,
+                    help=f"inserted rows (default {DEFAULT_ROWS}); rows/10 updates and rows/20 deletes follow")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement, best reported (default 3)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile binlogd's path once with cProfile (top 15 by tottime)")
+    ns = ap.parse_args(argv)
+    if ns.rows < 20:
+        ap.error("--rows must be at least 20")
+
+    try:
+        import pymysqlreplication  # noqa: F401
+        from importlib.metadata import version as _dist_version
+        peer_version = _dist_version("mysql-replication")
+    except ImportError:
+        print(PEER_INSTALL_HINT, file=sys.stderr)
+        return 2
+    from binlogd.localserver import LocalServer
+
+    started = dt.datetime.now().astimezone()
+    with LocalServer(extra_args=SERVER_ARGS) as srv:
+        log(f"server: {srv.flavor} {srv.version} on port {srv.port}")
+        t0 = time.perf_counter()
+        conn = srv.connect()
+        try:
+            expected = write_workload(conn, ns.rows)
+        finally:
+            conn.close()
+        files = srv.binlog_files()
+        nbytes = sum(p.stat().st_size for p in files)
+        total = sum(expected.values())
+        log(f"workload: {expected} ({total} row changes) in {time.perf_counter() - t0:.1f}s; "
+            f"{len(files)} binlog file(s), {nbytes / 1e6:.1f} MB")
+
+        log(f"(a) binlogd from disk, best of {ns.repeat} ...")
+        t_bd, (n_bd, v_bd) = best_of(ns.repeat, run_binlogd, files)
+        log(f"    {t_bd:.3f}s")
+        log(f"(b) python-mysql-replication {peer_version} streaming, best of {ns.repeat} ...")
+        t_peer, (n_peer, v_peer) = best_of(ns.repeat, run_peer, srv, files[0].name)
+        log(f"    {t_peer:.3f}s")
+        cmd = mariadb_binlog_cmd(files)
+        log(f"(c) {Path(cmd[0]).name} -vv to /dev/null, best of {ns.repeat} ...")
+        t_c, _ = best_of(ns.repeat, run_mariadb_binlog, cmd)
+        n_c = count_mariadb_binlog(cmd)
+        log(f"    {t_c:.3f}s")
+        profile = profile_binlogd(files) if ns.profile else None
+        server_version = srv.version
+
+    counts = {"expected": total, "binlogd": n_bd, "python_mysql_replication": n_peer, "mariadb_binlog": n_c}
+    mismatch = len(set(counts.values())) != 1 or v_bd != v_peer
+    result = {
+        "benchmark": "decode",
+        "date": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "server": server_version,
+        "workload": {**expected, "row_changes": total, "txn_rows": TXN_ROWS,
+                     "binlog_files": len(files), "binlog_bytes": nbytes},
+        "runs": ns.repeat,
+        "binlogd": {"seconds": t_bd, "rows_per_s": n_bd / t_bd, "values": v_bd,
+                    "mode": "dump_events from disk (mmap), all rows materialised"},
+        "python_mysql_replication": {"version": peer_version, "seconds": t_peer, "rows_per_s": n_peer / t_peer,
+                                     "values": v_peer, "mode": "BinLogStreamReader over TCP, non-blocking"},
+        "mariadb_binlog": {"seconds": t_c, "rows_per_s": n_c / t_c,
+                           "mode": "--base64-output=decode-rows -vv > /dev/null"},
+        "ratio_binlogd_vs_python_mysql_replication": (n_bd / t_bd) / (n_peer / t_peer),
+        "ratio_binlogd_vs_mariadb_binlog": (n_bd / t_bd) / (n_c / t_c),
+        "row_counts": counts,
+        "counts_match": not mismatch,
+    }
+
+    if ns.json:
+        print(json.dumps(result, indent=2))
+        if profile:
+            print(profile, file=sys.stderr)
+    else:
+        m = result["machine"]
+        print(f"decode benchmark, {result['date']}, {m['cpu']} ({m['cores']} cores), "
+              f"Python {m['python']}, {server_version}")
+        print(f"workload: {expected['insert']} inserts, {expected['update']} updates, {expected['delete']} deletes "
+              f"({total} row changes, {TXN_ROWS} rows/txn), {nbytes / 1e6:.1f} MB of binlog; best of {ns.repeat}")
+        w = max(len(k) for k in ("binlogd", "python-mysql-replication", "mariadb-binlog"))
+        for label, key in (("binlogd", "binlogd"), ("python-mysql-replication", "python_mysql_replication"),
+                           ("mariadb-binlog", "mariadb_binlog")):
+            r = result[key]
+            print(f"  {label:<{w}}  {r['rows_per_s']:>12,.0f} rows/s  {r['seconds']:8.3f}s  ({r['mode']})")
+        print(f"  binlogd / python-mysql-replication: {result['ratio_binlogd_vs_python_mysql_replication']:.2f}x")
+        print(f"  binlogd / mariadb-binlog:           {result['ratio_binlogd_vs_mariadb_binlog']:.2f}x")
+        print(f"  row changes: {counts}  values: binlogd {v_bd}, python-mysql-replication {v_peer}")
+        if profile:
+            print("\ncProfile of binlogd's path (one run, top 15 by tottime):")
+            print(profile)
+    if mismatch:
+        print(f"ROW COUNT MISMATCH: {counts}; values binlogd={v_bd} python-mysql-replication={v_peer}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
