@@ -251,8 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rows must be at least 20")
 
     try:
-        import pymysqlreplication  # noqa: F401
         from importlib.metadata import version as _dist_version
+
+        import pymysqlreplication  # noqa: F401
         peer_version = _dist_version("mysql-replication")
     except ImportError:
         print(PEER_INSTALL_HINT, file=sys.stderr)
