@@ -1,0 +1,324 @@
+"""Prometheus metrics, /healthz and /readyz for the daemon (DESIGN.md, "Metrics").
+
+:class:`Metrics` owns its own :class:`prometheus_client.CollectorRegistry` (never the global
+one), so a process or a test may hold many. Its methods are called by the daemon's single
+consumer and are cheap: labelled children are cached in dicts, and the time-derived gauges
+(lag, seconds since last event, checkpoint age) are computed at scrape time from the injected
+``clock`` (wall seconds, ``time.time`` by default), not on every event.
+
+Choices, stated once:
+
+- ``binlogd_rows_total`` always carries ``schema``, ``table`` and ``op``. Without
+  ``table_labels=True`` the schema and table values are ``""`` (Prometheus treats an empty
+  label as absent), so the series count stays at one per op.
+- Lag is ``now - timestamp`` of the last real event (non-artificial, timestamp > 0), never
+  negative. It is 0 before any real event and after a heartbeat that came after the last
+  real event (the primary only sends heartbeats when it has nothing else to send), until the
+  next real event.
+- ``binlogd_seconds_since_last_event`` is the time since the last real event was received,
+  and ``binlogd_checkpoint_age_seconds`` the time since the last checkpoint save; before the
+  first one both count from the creation of :class:`Metrics`.
+- ``binlogd_binlog_file_index`` is the numeric suffix of the file name (``mysql-bin.000042``
+  gives 42), -1 when the name has none.
+- Readiness: up (streaming) and the checkpoint fresh, meaning saved within the allowed age or
+  no transaction counted by :meth:`Metrics.transaction` since the last save.
+
+Nothing passed to these methods should be secret; only names, counts and positions are kept.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, make_wsgi_app
+
+__all__ = ["Metrics", "MetricsServer", "file_index", "parse_listen"]
+
+_FILE_INDEX = re.compile(r"\.(\d+)$")
+
+
+def file_index(name: str) -> int | None:
+    """Return the numeric suffix of a binlog file name (``mysql-bin.000042`` → 42), or None."""
+    m = _FILE_INDEX.search(name)
+    return int(m.group(1)) if m else None
+
+
+class Metrics:
+    """The daemon's metrics, in a private registry.
+
+    Fields:
+        registry: the :class:`CollectorRegistry` holding every ``binlogd_*`` metric.
+        table_labels: whether ``binlogd_rows_total`` is split by schema and table.
+        clock: callable returning wall-clock seconds (injected so tests control time).
+    """
+
+    def __init__(self, *, table_labels: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.table_labels = table_labels
+        self.clock = clock
+        r = self.registry
+        self._events = Counter("binlogd_events_total", "Binlog events received, by event type", ["type"], registry=r)
+        self._rows = Counter("binlogd_rows_total", "Rows decoded, by schema, table (opt-in) and op",
+                             ["schema", "table", "op"], registry=r)
+        self._bytes = Counter("binlogd_bytes_received_total", "Bytes of binlog events received", registry=r)
+        self._transactions = Counter("binlogd_transactions_total", "Transactions committed in the stream",
+                                     registry=r)
+        self._reconnects = Counter("binlogd_reconnects_total", "Reconnects to the primary", registry=r)
+        self._errors = Counter("binlogd_errors_total", "Errors, by kind", ["kind"], registry=r)
+        self._unnamed = Counter("binlogd_columns_unnamed_total",
+                                "Row events whose columns had to be named @1, @2, ...", registry=r)
+        self._sink_commits = Counter("binlogd_sink_commits_total", "Transactions durably committed by the sink",
+                                     registry=r)
+        Gauge("binlogd_lag_seconds", "Now minus the timestamp of the last real event; 0 when caught up",
+              registry=r).set_function(self.lag)
+        Gauge("binlogd_seconds_since_last_event", "Seconds since the last real event was received",
+              registry=r).set_function(self.seconds_since_last_event)
+        Gauge("binlogd_checkpoint_age_seconds", "Seconds since the checkpoint was last saved",
+              registry=r).set_function(self.checkpoint_age)
+        self._heartbeat_ts = Gauge("binlogd_last_heartbeat_timestamp_seconds",
+                                   "Wall-clock time of the last heartbeat received (0 before any)", registry=r)
+        self._position = Gauge("binlogd_position", "Next position in the current binlog file", ["file"], registry=r)
+        self._file_index = Gauge("binlogd_binlog_file_index", "Numeric suffix of the current binlog file name",
+                                 registry=r)
+        self._queue_depth = Gauge("binlogd_queue_depth", "Events waiting between reader and consumer", registry=r)
+        self._up = Gauge("binlogd_up", "1 while streaming from the primary, else 0", registry=r)
+        self._file_index.set(-1)
+
+        self._event_children: dict[str, object] = {}
+        self._row_children: dict[tuple[str, str, str], object] = {}
+        self._error_children: dict[str, object] = {}
+        self._file: str | None = None
+        self._file_child = None
+        start = clock()
+        # (binlog timestamp of the last real event, caught up?) in one tuple so a scrape sees both at once.
+        self._lag_state: tuple[int, bool] = (0, True)
+        self._last_event_at = start
+        self._checkpoint_at = start
+        self._pending = 0
+        self._is_up = False
+
+    # -- called by the consumer ------------------------------------------------------------
+
+    def event(self, type_name: str, timestamp: int, nbytes: int, artificial: bool) -> None:
+        """Count one event of ``nbytes`` bytes; a real one (not artificial, timestamp > 0) sets lag's base."""
+        child = self._event_children.get(type_name)
+        if child is None:
+            child = self._event_children[type_name] = self._events.labels(type_name)
+        child.inc()
+        self._bytes.inc(nbytes)
+        if not artificial and timestamp > 0:
+            self._lag_state = (timestamp, False)
+            self._last_event_at = self.clock()
+
+    def heartbeat(self) -> None:
+        """Mark the stream caught up (lag 0 until the next real event) and stamp the heartbeat time."""
+        self._lag_state = (self._lag_state[0], True)
+        self._heartbeat_ts.set(self.clock())
+
+    def rows(self, schema: str, table: str, op: str, n: int) -> None:
+        """Count ``n`` rows of ``op`` (insert/update/delete); schema/table kept only with table_labels."""
+        key = (schema, table, op) if self.table_labels else ("", "", op)
+        child = self._row_children.get(key)
+        if child is None:
+            child = self._row_children[key] = self._rows.labels(*key)
+        child.inc(n)
+
+    def transaction(self) -> None:
+        """Count one committed transaction; it stays pending for readiness until the next checkpoint save."""
+        self._transactions.inc()
+        self._pending += 1
+
+    def sink_commit(self) -> None:
+        """Count one transaction durably taken by the sink."""
+        self._sink_commits.inc()
+
+    def position(self, file: str, pos: int) -> None:
+        """Set the current position; on a new file the old file's series is removed."""
+        if file != self._file:
+            if self._file is not None:
+                self._position.remove(self._file)
+            self._file = file
+            self._file_child = self._position.labels(file)
+            idx = file_index(file)
+            self._file_index.set(-1 if idx is None else idx)
+        self._file_child.set(pos)
+
+    def checkpoint_saved(self) -> None:
+        """Record a checkpoint save now; no transaction is pending after it."""
+        self._checkpoint_at = self.clock()
+        self._pending = 0
+
+    def reconnect(self) -> None:
+        """Count one reconnect."""
+        self._reconnects.inc()
+
+    def error(self, kind: str) -> None:
+        """Count one error of ``kind`` (a short fixed word such as "network", "decode", "sink")."""
+        child = self._error_children.get(kind)
+        if child is None:
+            child = self._error_children[kind] = self._errors.labels(kind)
+        child.inc()
+
+    def queue_depth(self, n: int) -> None:
+        """Set the number of events waiting in the reader → consumer queue."""
+        self._queue_depth.set(n)
+
+    def set_up(self, up: bool) -> None:
+        """Set whether the daemon is streaming (binlogd_up 1) or not (0)."""
+        self._is_up = bool(up)
+        self._up.set(1 if up else 0)
+
+    def unnamed_columns(self) -> None:
+        """Count one row event whose columns had to be named @1, @2, ..."""
+        self._unnamed.inc()
+
+    # -- read at scrape time -----------------------------------------------------------------
+
+    def lag(self) -> float:
+        """Return seconds behind the primary: 0 when caught up or before any real event, never negative."""
+        ts, caught_up = self._lag_state
+        if caught_up or ts <= 0:
+            return 0.0
+        return max(0.0, self.clock() - ts)
+
+    def seconds_since_last_event(self) -> float:
+        """Return seconds since the last real event was received (since creation before any)."""
+        return max(0.0, self.clock() - self._last_event_at)
+
+    def checkpoint_age(self) -> float:
+        """Return seconds since the last checkpoint save (since creation before any)."""
+        return max(0.0, self.clock() - self._checkpoint_at)
+
+    @property
+    def pending(self) -> int:
+        """Transactions counted since the last checkpoint save."""
+        return self._pending
+
+    def readiness(self, max_checkpoint_age: float) -> tuple[bool, str]:
+        """Return (ready, reason): ready when streaming and the checkpoint is fresh.
+
+        Fresh means saved within ``max_checkpoint_age`` seconds, or no transaction pending since
+        the last save. The reason is "ready" or says what is wrong.
+        """
+        if not self._is_up:
+            return False, "not streaming"
+        age = self.checkpoint_age()
+        if self._pending and age > max_checkpoint_age:
+            return False, (f"checkpoint stale: saved {age:.1f}s ago (max {max_checkpoint_age:g}s) "
+                           f"with {self._pending} transaction(s) pending")
+        return True, "ready"
+
+    def exposition(self) -> bytes:
+        """Return the registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+def parse_listen(listen: str) -> tuple[str, int, int]:
+    """Parse ``host:port`` / ``[v6]:port`` / ``:port`` into (host, port, address family).
+
+    Raises:
+        ValueError: naming the address when it has no valid port.
+    """
+    host, sep, port_s = listen.rpartition(":")
+    if not sep or not port_s.isdigit() or int(port_s) > 65535:
+        raise ValueError(f"metrics listen address {listen!r} is not host:port")
+    family = socket.AF_INET
+    if host.startswith("[") and host.endswith("]"):
+        host, family = host[1:-1], socket.AF_INET6
+    elif ":" in host:
+        family = socket.AF_INET6
+    return host, int(port_s), family
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+class MetricsServer:
+    """Serve /metrics, /healthz and /readyz from a threaded WSGI server in a daemon thread.
+
+    Fields:
+        metrics: the :class:`Metrics` served.
+        listen: ``host:port`` ("" disables the server; port 0 picks a free one).
+        ready_max_checkpoint_age: seconds passed to :meth:`Metrics.readiness` by /readyz.
+        port: the bound port after :meth:`start` (None when disabled or stopped).
+    """
+
+    def __init__(self, metrics: Metrics, listen: str = "127.0.0.1:9108", ready_max_checkpoint_age: float = 60.0):
+        self.metrics = metrics
+        self.listen = listen
+        self.ready_max_checkpoint_age = ready_max_checkpoint_age
+        self.port: int | None = None
+        self._server: _ThreadingServer | None = None
+        self._thread: threading.Thread | None = None
+        self._metrics_app = make_wsgi_app(metrics.registry)
+
+    def _app(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return self._metrics_app(environ, start_response)
+        if path == "/healthz":
+            status, body = "200 OK", "ok\n"
+        elif path == "/readyz":
+            ok, reason = self.metrics.readiness(self.ready_max_checkpoint_age)
+            status, body = ("200 OK" if ok else "503 Service Unavailable"), reason + "\n"
+        else:
+            status, body = "404 Not Found", "not found\n"
+        data = body.encode()
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))])
+        return [data]
+
+    def start(self) -> MetricsServer:
+        """Bind and serve in a daemon thread; a no-op when ``listen`` is "".
+
+        Raises:
+            ValueError: the listen address is malformed.
+            OSError: the address cannot be bound (message names the address).
+        """
+        if not self.listen or self._server is not None:
+            return self
+        host, port, family = parse_listen(self.listen)
+        cls = _ThreadingServer6 if family == socket.AF_INET6 else _ThreadingServer
+        try:
+            server = make_server(host, port, self._app, server_class=cls, handler_class=_QuietHandler)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot listen for metrics on {self.listen}: {e.strerror or e}") from e
+        self._server = server
+        self.port = server.server_address[1]
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="binlogd-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (safe to call twice)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._thread = None
+        self.port = None
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
