@@ -15,7 +15,6 @@ from __future__ import annotations
 import mmap
 import os
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -28,7 +27,8 @@ from protocol.reader import check_magic, iter_events
 
 _GTID_TYPES = {ET.GTID, ET.GTID_TAGGED, ET.MARIADB_GTID}
 _CLOSING_TYPES = {ET.ROTATE, ET.STOP}
-_FORWARD_EVENTS = 64          # events read from the start looking for the first GTID
+_PREAMBLE_TYPES = {ET.PREVIOUS_GTIDS, ET.MARIADB_GTID_LIST, ET.BINLOG_CHECKPOINT, ET.IGNORABLE}
+_FORWARD_EVENTS = 64          # preamble events read from the start looking for the first GTID
 _BACKWARD_EVENTS = 4096       # events stepped back from the end looking for the last GTID
 
 
@@ -100,24 +100,27 @@ def _info(f: _File) -> BinlogInfo:
     result.begin_time = first.header.timestamp
     result.closed_cleanly = not first.header.flags & LOG_EVENT_BINLOG_IN_USE_F
     pos = first.header.next_position or 4 + first.header.event_length
-    # First GTID: it comes right after the FDE and the previous-GTIDs/GTID-list events.
+    # First GTID: it comes right after the FDE and the previous-GTIDs/GTID-list events;
+    # any other event first means the file's transactions carry no GTIDs.
     for _ in range(_FORWARD_EVENTS):
-        event = _read_event(f, pos, decoder)
-        if event is None:
+        head = f.read(pos, 19)
+        if len(head) < 19 or head[4] not in _PREAMBLE_TYPES | _GTID_TYPES:
             break
-        if event.header.type_code in _GTID_TYPES:
-            result.first_gtid = _gtid_text(event)
+        if head[4] in _GTID_TYPES:
+            event = _read_event(f, pos, decoder)
+            result.first_gtid = _gtid_text(event) if event is not None else None
             break
-        pos += event.header.event_length
+        pos += HEADER_V4.unpack_from(head, 0)[3]
     last = _closing_event(f, decoder) if first.binlog_version == 4 else None
     if last is None:
         return _scan(f, result)
     result.end_time = last.header.timestamp
     if isinstance(last, RotateEvent):
         result.next_file = last.next_file
-    result.last_gtid = _last_gtid_backward(f, decoder, last.header.pos)
-    if result.last_gtid is None and result.first_gtid is not None:
-        return _scan(f, result)
+    if result.first_gtid is not None:  # a file has GTIDs from its start, or none at all
+        result.last_gtid = _last_gtid_backward(f, decoder, last.header.pos)
+        if result.last_gtid is None:
+            return _scan(f, result)
     return result
 
 
@@ -132,48 +135,63 @@ def _read_event(f: _File, pos: int, decoder: Decoder) -> Event | None:
     return decoder.decode(f.read(pos, length), pos)
 
 
-def _event_ending_at(f: _File, end: int, crc: bool, types=None, max_window: int = 1 << 30) -> int | None:
-    """Start of the event whose bytes end exactly at ``end``, found by looking back.
+class _Tail:
+    """The bytes ``[lo, end)`` of a file, read once and extended backwards as needed."""
 
-    A candidate start q must have length == end - q and next_position == end
-    (and a type in ``types`` when given); with CRC32 its checksum must verify too.
-    The window looked at grows from 4 KiB up to ``max_window`` bytes.
-    """
-    window = 4096
-    while True:
-        lo = max(4, end - min(window, max_window))
-        block = f.read(lo, end - lo)
-        for q in range(len(block) - 19, -1, -1):
-            _, tc, _, length, next_pos, _ = HEADER_V4.unpack_from(block, q)
-            if length != len(block) - q or next_pos != end or (types and tc not in types):
-                continue
-            if crc and zlib.crc32(memoryview(block)[q:-4]) != int.from_bytes(block[-4:], "little"):
-                continue
-            return lo + q
-        if lo == 4 or window >= max_window:
-            return None
-        window *= 8
+    def __init__(self, f: _File, end: int):
+        self.f, self.lo, self.end, self.buf = f, end, end, b""
+
+    def extend(self, n: int) -> bool:
+        """Read up to ``n`` more bytes before ``lo``; False at the start of the events (offset 4)."""
+        new_lo = max(4, self.lo - n)
+        if new_lo == self.lo:
+            return False
+        self.buf = self.f.read(new_lo, self.lo - new_lo) + self.buf
+        self.lo = new_lo
+        return True
+
+    def event_ending_at(self, end: int, crc: bool, types=None, limit: int = 1 << 30) -> int | None:
+        """Start of the event whose bytes end exactly at ``end``, found by looking back.
+
+        A candidate start q must have length == end - q and next_position == end
+        (and a type in ``types`` when given); with CRC32 its checksum must verify too.
+        Reads further back (doubling) until found, ``limit`` bytes were searched, or offset 4.
+        """
+        next_q = end - 19  # the highest start not yet tried
+        while True:
+            rel_end = end - self.lo
+            for q in range(next_q - self.lo, -1, -1):
+                _, tc, _, length, next_pos, _ = HEADER_V4.unpack_from(self.buf, q)
+                if length != rel_end - q or next_pos != end or (types and tc not in types):
+                    continue
+                if crc and zlib.crc32(memoryview(self.buf)[q:rel_end - 4]) != int.from_bytes(
+                        self.buf[rel_end - 4:rel_end], "little"):
+                    continue
+                return self.lo + q
+            next_q = min(next_q, self.lo - 1)
+            if end - self.lo >= limit or not self.extend(max(4096, end - self.lo)):
+                return None
 
 
 def _closing_event(f: _File, decoder: Decoder) -> Event | None:
     """The ROTATE or STOP that ends the file, or None when it does not end with one (looks at 4 KiB)."""
-    start = _event_ending_at(f, f.size, decoder.checksum_alg == CHECKSUM_CRC32, _CLOSING_TYPES, 4096)
+    tail = _Tail(f, f.size)
+    start = tail.event_ending_at(f.size, decoder.checksum_alg == CHECKSUM_CRC32, _CLOSING_TYPES, 4096)
     return None if start is None else decoder.decode(f.read(start, f.size - start), start)
 
 
 def _last_gtid_backward(f: _File, decoder: Decoder, end: int) -> str | None:
-    """Step back event by event from ``end`` to the last GTID event (bounded)."""
+    """Step back event by event from ``end`` to the last GTID event (bounded by event count)."""
     crc = decoder.checksum_alg == CHECKSUM_CRC32
+    tail = _Tail(f, end)
     for _ in range(_BACKWARD_EVENTS):
-        if end <= 4:
-            return None
-        start = _event_ending_at(f, end, crc)
+        start = tail.event_ending_at(end, crc) if end > 4 else None
         if start is None:
             return None
-        head = f.read(start, 19)
-        if head[4] in _GTID_TYPES:
-            return _gtid_text(decoder.decode(f.read(start, end - start), start))
-        if head[4] == ET.FORMAT_DESCRIPTION:
+        tc = tail.buf[start - tail.lo + 4]
+        if tc in _GTID_TYPES:
+            return _gtid_text(decoder.decode(tail.buf[start - tail.lo:end - tail.lo], start))
+        if tc == ET.FORMAT_DESCRIPTION:
             return None
         end = start
     return None
@@ -208,19 +226,16 @@ def _scan(f: _File, result: BinlogInfo) -> BinlogInfo:
     return result
 
 
-@contextmanager
-def mapped(path: str | os.PathLike) -> Iterator[memoryview]:
-    """The whole file as a read-only memoryview (mmap; empty files as b"")."""
+def mapped(path: str | os.PathLike) -> memoryview:
+    """The whole file as a read-only memoryview (mmap; an empty file gives an empty view).
+
+    The mapping is released when the last event referring to it is gone, not
+    before: row events decode lazily from it.
+    """
     with open(path, "rb") as fh:
         if os.fstat(fh.fileno()).st_size == 0:
-            yield memoryview(b"")
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            view = memoryview(mm)
-            try:
-                yield view
-            finally:
-                view.release()
+            return memoryview(b"")
+        return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def dump_events(path: str | os.PathLike, start_position: int | None = None,
@@ -232,10 +247,10 @@ def dump_events(path: str | os.PathLike, start_position: int | None = None,
     Raises:
         BinlogError: bad magic, truncation, checksum or decode errors, naming the offset.
     """
-    with mapped(path) as view:
-        if len(view) < 4 and MAGIC.startswith(bytes(view)):
-            raise TruncatedError(f"file is {len(view)} bytes, shorter than the binlog magic", 0)
-        yield from iter_events(view, Decoder(), start=start_position or 4, stop=stop_position)
+    view = mapped(path)
+    if len(view) < 4 and MAGIC.startswith(bytes(view)):
+        raise TruncatedError(f"file is {len(view)} bytes, shorter than the binlog magic", 0)
+    yield from iter_events(view, Decoder(), start=start_position or 4, stop=stop_position)
 
 
 __all__ = ["BinlogInfo", "BinlogError", "dump_events", "info"]

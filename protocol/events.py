@@ -333,7 +333,7 @@ class MariadbGtidListEvent(Event):
 class BinlogCheckpointEvent(Event):
     """MariaDB BINLOG_CHECKPOINT: the oldest file crash recovery still needs."""
 
-    file: str
+    checkpoint_file: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .constants import MAGIC
+from .constants import MAGIC, EventType
 from .decoder import Decoder
 from .errors import ProtocolError, TruncatedError
 from .events import Event
 from .primitives import U32
 
-_LENGTH_AT = 9  # event_length sits at the same offset in v1 and v4 headers
+_LENGTH_AT = 9
+# Events before ``start`` that set decoder state (format, table maps) are still decoded.
+_STATE_EVENTS = frozenset({EventType.FORMAT_DESCRIPTION, EventType.START_V3, EventType.TABLE_MAP})  # event_length sits at the same offset in v1 and v4 headers
 
 
 def check_magic(view, offset: int = 0) -> None:
@@ -51,8 +53,8 @@ def iter_events(data, decoder: Decoder | None = None, start: int = 4, stop: int 
     Args:
         data: the file's bytes (bytes, mmap or memoryview), magic included.
         decoder: the Decoder to use (a fresh one by default).
-        start: offset of the first event to yield; events before it are still
-            decoded (silently) when they set up state (the FDE and table maps).
+        start: offset of the first event to yield (an event boundary); the FDE and
+            TABLE_MAPs before it are decoded silently so that rows after it decode.
         stop: stop before the first event starting at or after this offset.
     Raises:
         TruncatedError: the data ends inside an event (naming its offset).
@@ -69,10 +71,10 @@ def iter_events(data, decoder: Decoder | None = None, start: int = 4, stop: int 
         if length is None:
             raise TruncatedError(f"binlog ends inside the event at offset {pos} "
                                  f"({len(view) - pos} of {_declared(view, pos, decoder)} bytes present)", pos)
-        if pos >= start or pos == 4:
-            event = decoder.decode(view[pos:pos + length], pos)
-            if pos >= start:
-                yield event
+        if pos >= start:
+            yield decoder.decode(view[pos:pos + length], pos)
+        elif view[pos + 4] in _STATE_EVENTS or pos == 4:
+            decoder.decode(view[pos:pos + length], pos)
         pos += length
 
 

@@ -34,7 +34,7 @@ def _globals() -> dict:
     ns = {f"_{k}": s.unpack_from for k, s in _STRUCTS.items()}
     ns.update(_float32=V.float32, _decimal=V.decimal_text, _date=V.date_text, _dt2=V.datetime2_text,
               _time2=V.time2_text, _ts2=V.timestamp2_text, _utc=V.utc_text, _otime=V.old_time_text,
-              _odt=V.old_datetime_text, _year=V.year_value, _b64=V.base64_text, _guess=V.text_or_base64,
+              _odt=V.old_datetime_text, _year=V.year_value, _b64=V.base64_text, _padded=V.padded_base64, _guess=V.text_or_base64,
               _json=decode_json, _jdiff=decode_json_diff, _vector=V.vector_value, _int=int.from_bytes)
     return ns
 
@@ -113,7 +113,7 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
         lines = [f"x = _int(v[p:p + {size}], 'little')", f"p += {size}"]
         if col.enum_values is not None:
             names = src.const(f"_enum{i}", ("",) + col.enum_values)
-            return lines + [f"r[{key}] = {names}[x] if x < {len(names)} else x"]
+            return lines + [f"r[{key}] = {names}[x] if x <= {len(col.enum_values)} else x"]
         return lines + [f"r[{key}] = x"]
     if t == T.SET:
         size = m if 1 <= m <= 8 else 1
@@ -122,6 +122,8 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
             names = src.const(f"_set{i}", col.set_values)
             return lines + [f"r[{key}] = [s for b, s in enumerate({names}) if x >> b & 1]"]
         return lines + [f"r[{key}] = x"]
+    if t == T.STRING and col.collation == BINARY_COLLATION:
+        return _prefixed(key, 1 if m < 256 else 2, "_padded({raw}, " + str(m) + ")")
     if t in (T.VARCHAR, T.VAR_STRING, T.STRING):
         return _prefixed(key, 1 if m < 256 else 2, _string_convert(src, col))
     if t in BLOB_TYPES:

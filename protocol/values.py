@@ -24,8 +24,11 @@ def float32(x: float) -> float:
     target = _F32.pack(x)
     for digits in range(1, 10):
         candidate = float(f"{x:.{digits}g}")
-        if _F32.pack(candidate) == target:
-            return candidate
+        try:
+            if _F32.pack(candidate) == target:
+                return candidate
+        except OverflowError:  # rounding FLT_MAX up leaves float32's range
+            continue
     return x
 
 
@@ -168,15 +171,9 @@ def text_or_base64(raw: bytes | memoryview) -> str:
         return base64_text(raw)
 
 
-def make_text_decoder(codec: str | None):
-    """A function bytes → str for a column's codec; None (binary) gives base64."""
-    if codec is None:
-        return base64_text
-
-    def decode(raw: bytes | memoryview) -> str:
-        return str(raw, codec, "backslashreplace")
-
-    return decode
+def padded_base64(raw: bytes | memoryview, length: int) -> str:
+    """BINARY(n): the server strips trailing zero bytes when it logs the row; put them back."""
+    return b64encode(bytes(raw).ljust(length, b"\0")).decode("ascii")
 
 
 def vector_value(raw: memoryview) -> list[float]:
