@@ -1,7 +1,10 @@
-"""The ``binlogd`` command line: ``info``, ``dump``, ``demo``.
+"""The ``binlogd`` command line: ``info``, ``dump``, ``run``, ``demo``.
 
-Exit codes: 0 success; 1 the input is bad (not a binlog, truncated, corrupt,
-unreadable); 2 usage or configuration error; 130 interrupted.
+Exit codes of info/dump: 0 success; 1 the input is bad (not a binlog, truncated,
+corrupt, unreadable); 2 usage error. ``run`` uses the codes in
+:mod:`daemon.service` (0 stopped, 2 config, 3 auth, 4 unreachable, 5 binlog
+missing (ERR 1236), 6 primary misconfigured, 7 undecodable stream, 8 checkpoint
+or sink unusable); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -73,6 +76,29 @@ def cmd_dump(args) -> int:
     return EXIT_OK
 
 
+def cmd_run(args) -> int:
+    import asyncio
+
+    from daemon.config import ConfigError, load_config
+    from daemon.logs import setup_logging
+    from daemon.service import EXIT_CONFIG, Daemon
+
+    overrides = {}
+    for item in args.set or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"binlogd: --set needs section.key=value, got {item!r}", file=sys.stderr)
+            return EXIT_USAGE
+        overrides[key.strip()] = value
+    try:
+        config = load_config(args.config, overrides=overrides)
+    except ConfigError as exc:
+        print(f"binlogd: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    log = setup_logging(config.log.format, config.log.level)
+    return asyncio.run(Daemon(config, log).run())
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -99,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-datetime", type=_datetime, help="skip events before this time (UTC)")
     p.add_argument("--stop-datetime", type=_datetime, help="stop at the first event at or after this time (UTC)")
     p.set_defaults(func=cmd_dump)
+    p = sub.add_parser("run", help="the daemon: tail a primary, write change events, serve /metrics")
+    p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key")
+    p.set_defaults(func=cmd_run)
     p = sub.add_parser("demo", help="throwaway MariaDB + changes + decoded change events")
     p.add_argument("--transactions", type=int, default=20, help="how many transactions to write")
     p.set_defaults(func=cmd_demo)

@@ -24,7 +24,8 @@ def _write_changes(server: LocalServer, transactions: int) -> None:
     names = ["ana", "björn", "chen", "dilnoza", "eve"]
     with server.connect() as conn, conn.cursor() as cur:
         for i in range(transactions):
-            cur.execute("INSERT INTO demo.orders (customer, amount, placed, note, status) VALUES (%s, %s, NOW(3), %s, 'new')",
+            cur.execute("INSERT INTO demo.orders (customer, amount, placed, note, status) "
+                        "VALUES (%s, %s, NOW(3), %s, 'new')",
                         (rng.choice(names), f"{rng.uniform(1, 500):.2f}", f'{{"n": {i}}}'))
             if i % 3 == 2:
                 cur.execute("UPDATE demo.orders SET status = 'paid' WHERE id = %s", (i,))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from protocol.constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F, MAGIC, EventType as ET
+from protocol.constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F, MAGIC
+from protocol.constants import EventType as ET
 from protocol.decoder import HEADER_V4, Decoder
 from protocol.errors import BinlogError, ProtocolError, TruncatedError
 from protocol.events import Event, FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, RotateEvent

@@ -1,0 +1,127 @@
+"""The durable checkpoint: where the daemon resumes, and how far its sink committed.
+
+It is one small JSON file, replaced atomically: the new content goes to a temp
+file, which is fsynced, renamed over the old one, and then the directory is
+fsynced. A lock file (``<path>.lock``, held with ``flock`` for the daemon's
+lifetime) makes a second daemon that points at the same checkpoint fail
+loudly instead of interleaving writes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.errors import BinlogError
+
+from .position import Position
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(BinlogError):
+    """The checkpoint cannot be read, written or locked."""
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint file holds.
+
+    Fields:
+        position: the end of the last transaction the sink committed.
+        sink: the sink's own state at that moment (file, offset…).
+        source: facts about the primary (flavor, server id/uuid) for sanity checks.
+        saved_at: unix time of the save.
+    """
+
+    position: Position
+    sink: dict = field(default_factory=dict)
+    source: dict = field(default_factory=dict)
+    saved_at: float = 0.0
+
+
+class CheckpointStore:
+    """Reads and atomically replaces the checkpoint file at ``path``."""
+
+    def __init__(self, path: str | os.PathLike, lock: bool = True):
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+        self._want_lock = lock
+
+    def acquire(self) -> None:
+        """Create the directory and take the exclusive lock.
+
+        Raises:
+            CheckpointError: another process holds the lock, or the directory is not writable.
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._want_lock:
+                return
+            fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint directory {self.path.parent}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise CheckpointError(f"checkpoint {self.path} is locked by another binlogd process "
+                                  "(two daemons must not share a checkpoint)") from None
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self) -> Checkpoint | None:
+        """The saved checkpoint, or None when there is none yet.
+
+        Raises:
+            CheckpointError: the file exists but is unreadable or not a checkpoint.
+        """
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {exc.strerror}") from exc
+        try:
+            data = json.loads(raw)
+            if data.get("version") != FORMAT_VERSION:
+                raise ValueError(f"unsupported version {data.get('version')!r}")
+            return Checkpoint(Position.from_dict(data["position"]), dict(data.get("sink", {})),
+                              dict(data.get("source", {})), float(data.get("saved_at", 0)))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"checkpoint {self.path} is not valid: {exc}") from exc
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Atomically replace the checkpoint (temp file, fsync, rename, fsync directory).
+
+        Raises:
+            CheckpointError: on any I/O failure; the previous checkpoint is then intact.
+        """
+        checkpoint.saved_at = time.time()
+        body = json.dumps({"version": FORMAT_VERSION, "position": checkpoint.position.to_dict(),
+                           "sink": checkpoint.sink, "source": checkpoint.source,
+                           "saved_at": checkpoint.saved_at}, sort_keys=True).encode()
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, body)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            raise CheckpointError(f"cannot write checkpoint {self.path}: {exc.strerror}") from exc

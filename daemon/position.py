@@ -1,0 +1,142 @@
+"""Where the stream is, and where it may be resumed: transaction boundaries only.
+
+:class:`PositionTracker` watches every decoded event. It follows the live
+position (file and next offset) and the transaction in progress, and moves
+:attr:`PositionTracker.committed` only when a transaction ends: after XID,
+after a COMMIT / ROLLBACK / XA PREPARE, after a DDL statement (an implicit
+commit), after a whole TRANSACTION_PAYLOAD. A GTID is added to the GTID set
+(MySQL) or list (MariaDB) only then. Resuming from ``committed`` therefore
+always starts at a transaction's first event, whose TABLE_MAPs come with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from protocol import events as E
+from protocol.constants import EventType as ET
+from protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
+
+_ENDING_STATEMENTS = ("COMMIT", "ROLLBACK", "XA PREPARE", "XA COMMIT", "XA ROLLBACK")
+
+
+@dataclass(frozen=True)
+class Position:
+    """A resumable point in the primary's binlog.
+
+    Fields:
+        file, pos: the binlog file and the offset of the next event to read.
+        gtid_set: MySQL executed GTID set text ("" when unknown or unused).
+        gtid_list: MariaDB GTID list text, one GTID per domain ("" when unused).
+    """
+
+    file: str
+    pos: int
+    gtid_set: str = ""
+    gtid_list: str = ""
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "pos": self.pos, "gtid_set": self.gtid_set, "gtid_list": self.gtid_list}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Position:
+        return cls(str(data["file"]), int(data["pos"]), str(data.get("gtid_set", "")),
+                   str(data.get("gtid_list", "")))
+
+
+def _statement(query: str) -> str:
+    return query.lstrip(" \t\r\n(/*").upper()
+
+
+class PositionTracker:
+    """Follows the stream event by event and knows the last committed boundary.
+
+    Fields:
+        file, pos: the live position (after the last event seen).
+        committed: the Position after the last complete transaction.
+        in_transaction: True between a transaction's first and last event.
+        gtid: the GTID of the transaction in progress (text) or None.
+    """
+
+    def __init__(self, start: Position):
+        self.file, self.pos = start.file, start.pos
+        self.gtid_set = MysqlGtidSet.parse(start.gtid_set) if start.gtid_set else MysqlGtidSet()
+        self.gtid_list = MariadbGtidList.parse(start.gtid_list) if start.gtid_list else MariadbGtidList()
+        self.committed = start
+        self.in_transaction = False
+        self.gtid: str | None = None
+        self._pending: Gtid | MariadbGtid | None = None
+        self._began = False        # saw BEGIN in the current group
+        self._standalone = False   # MariaDB group with no COMMIT: ends after its one statement
+
+    def observe(self, event: E.Event) -> bool:
+        """Account for one event (in stream order). Returns True when it ended a transaction."""
+        h = event.header
+        tc = h.type_code
+        if tc == ET.ROTATE:
+            self.file, self.pos = event.next_file, event.position
+            if not self.in_transaction:
+                self.committed = replace(self.committed, file=self.file, pos=self.pos)
+            return False
+        if tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2):
+            return False  # a heartbeat says where the primary is, not where we are
+        if tc == ET.TRANSACTION_PAYLOAD:
+            ended = False
+            for inner in event.events:
+                ended = self._observe_group(inner) or ended
+            return self._advance(h, ended)
+        return self._advance(h, self._observe_group(event))
+
+    def _advance(self, h: E.EventHeader, ended: bool) -> bool:
+        if h.next_position:
+            self.pos = h.next_position
+        if ended:
+            self.committed = Position(self.file, self.pos, str(self.gtid_set), str(self.gtid_list))
+            self.gtid = None
+        elif not self.in_transaction and h.next_position:
+            # Events between transactions (FDE, PREVIOUS_GTIDS, GTID_LIST, STOP…) can be skipped on resume.
+            self.committed = replace(self.committed, file=self.file, pos=self.pos)
+        return ended
+
+    def _start(self, gtid: Gtid | MariadbGtid | None, text: str | None) -> None:
+        self.in_transaction, self._began, self._standalone = True, False, False
+        self._pending, self.gtid = gtid, text
+
+    def _end(self) -> bool:
+        if isinstance(self._pending, Gtid):
+            self.gtid_set.add(self._pending)
+        elif isinstance(self._pending, MariadbGtid):
+            self.gtid_list.advance(self._pending)
+        self.in_transaction, self._pending = False, None
+        return True
+
+    def _observe_group(self, event: E.Event) -> bool:
+        tc = event.header.type_code
+        if tc in (ET.GTID, ET.GTID_TAGGED):
+            self._start(Gtid(event.sid, event.gno, event.tag), event.gtid)
+        elif tc == ET.ANONYMOUS_GTID:
+            self._start(None, None)
+        elif tc == ET.MARIADB_GTID:
+            self._start(MariadbGtid(event.domain_id, event.header.server_id, event.seq_no), event.gtid)
+            # MariaDB's GTID replaces BEGIN; a standalone group (DDL) has no COMMIT at all.
+            self._standalone = event.standalone
+            self._began = not event.standalone
+        elif tc == ET.XID or tc == ET.XA_PREPARE:
+            return self._end()
+        elif tc in (ET.QUERY, ET.QUERY_COMPRESSED):
+            statement = _statement(event.query)
+            if statement.startswith("BEGIN") or statement.startswith("XA START"):
+                if not self.in_transaction:
+                    self._start(None, None)
+                self._began = True
+                return False
+            if statement.startswith("XA END"):
+                return False
+            if statement.startswith(_ENDING_STATEMENTS):
+                return self._end()
+            if not self.in_transaction or not self._began or self._standalone:
+                # DDL (or a statement logged without BEGIN): a transaction by itself.
+                if not self.in_transaction:
+                    self._start(None, None)
+                return self._end()
+        return False

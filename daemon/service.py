@@ -1,0 +1,351 @@
+"""The replication daemon: follow the primary forever, deliver each transaction once.
+
+One asyncio task reads packets from the primary into a bounded queue. Another task,
+the consumer, decodes them, writes each transaction to the sink, and commits
+the sink and then the checkpoint at transaction boundaries. Several
+transactions may be grouped per commit while the queue is busy. After any
+error it reconnects from the last committed boundary, with capped
+exponential backoff and jitter, and reopens the sink at its committed state,
+so a transaction that was partly written is written again exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+import time
+
+from protocol import events as E
+from protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F
+from protocol.constants import EventType as ET
+from protocol.decoder import Decoder
+from protocol.errors import ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
+from protocol.serialize import change_events
+
+from .checkpoint import Checkpoint, CheckpointError, CheckpointStore
+from .metrics import Metrics, MetricsServer
+from .position import Position, PositionTracker
+from .schema import SchemaCache, is_ddl
+from .sinks import SinkError, make_sink
+from .source import SourceConnection, SourceError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
+EXIT_BINLOG_MISSING, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT = 5, 6, 7, 8
+_FATAL_EXIT = {"auth": EXIT_AUTH, "binlog_missing": EXIT_BINLOG_MISSING, "misconfigured": EXIT_MISCONFIGURED,
+               "unreachable": EXIT_UNREACHABLE}
+_COMMIT_EVERY = 1000      # transactions per commit at most while the queue is busy
+_COMMIT_SECONDS = 1.0     # and at least this often
+
+
+class Daemon:
+    """``binlogd run``: build with a :class:`daemon.config.Config`, then ``await run()`` for the exit code."""
+
+    def __init__(self, config, log: logging.Logger | None = None, metrics: Metrics | None = None):
+        self.cfg = config
+        self.log = log or logging.getLogger("binlogd")
+        self.metrics = metrics or Metrics(table_labels=config.metrics.table_labels)
+        self.store = CheckpointStore(config.checkpoint.path, config.checkpoint.lock)
+        self.sink = make_sink(config.sink)
+        self.tracker: PositionTracker | None = None
+        self.resume_gtid = False
+        self.stopping = asyncio.Event()
+        self.sessions = 0
+        self._sink_state: dict | None = None
+        self._source_facts: dict = {}
+        self._uncommitted = 0          # transactions written but not yet committed
+        self._dirty = False            # anything written since the last commit
+        self._last_commit = time.monotonic()
+        self._skip_before: float | None = None
+        self._schema: SchemaCache | None = None
+        self._checkpoint: Checkpoint | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self) -> int:
+        """Run until stopped (exit 0) or a fatal error (its exit code)."""
+        try:
+            self.store.acquire()
+            self._checkpoint = self.store.load()
+            self._sink_state = self._checkpoint.sink if self._checkpoint else None
+            self.sink.open(self._sink_state)
+        except (CheckpointError, SinkError) as exc:
+            self.log.error("%s", exc)
+            return EXIT_CHECKPOINT
+        server = MetricsServer(self.metrics, self.cfg.metrics.listen,
+                               ready_max_checkpoint_age=max(60.0, 4 * self.cfg.source.heartbeat_seconds))
+        try:
+            server.start()
+        except OSError as exc:
+            self.log.error("metrics.listen: %s", exc)
+            self.store.release()
+            return EXIT_CONFIG
+        self._install_signals()
+        try:
+            return await self._loop()
+        finally:
+            self.metrics.set_up(False)
+            self.sink.close()
+            if self._schema is not None:
+                await self._schema.close()
+            self.store.release()
+            server.stop()
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if self.stopping.is_set():
+                self.log.warning("second %s: exiting now", signal.Signals(signum).name)
+                raise SystemExit(128 + signum)
+            self.log.info("%s: finishing the current transaction, then stopping", signal.Signals(signum).name)
+            self.stopping.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except (NotImplementedError, RuntimeError):
+                pass  # not the main thread (tests): stop() is the way
+
+    def stop(self) -> None:
+        """Ask the daemon to stop at the next transaction boundary."""
+        self.stopping.set()
+
+    async def _loop(self) -> int:
+        rc = self.cfg.reconnect
+        delay, attempts = rc.initial_seconds, 0
+        while not self.stopping.is_set():
+            sessions_before = self.sessions
+            try:
+                await self._session()
+                return EXIT_OK
+            except SourceError as exc:
+                self.metrics.error(exc.kind)
+                if exc.fatal or (exc.kind == "unreachable" and self.sessions == 0):
+                    self.log.error("%s", exc)
+                    return _FATAL_EXIT.get(exc.kind, EXIT_INTERNAL)
+                self.log.warning("%s; reconnecting in %.1fs", exc, delay)
+            except (ChecksumError, EventDecodeError, UnknownEventError) as exc:
+                self.metrics.error("decode")
+                self.log.error("cannot decode the stream at %s: %s", self._where(), exc)
+                return EXIT_DATA
+            except ProtocolError as exc:
+                self.metrics.error("protocol")
+                self.log.warning("protocol error from the primary (%s); reconnecting in %.1fs", exc, delay)
+            except (SinkError, CheckpointError) as exc:
+                self.metrics.error("sink")
+                self.log.error("%s; checkpoint stays at %s, retrying in %.1fs", exc, self._where(), delay)
+            self.metrics.set_up(False)
+            if self.sessions > sessions_before:  # it did stream: start the backoff over
+                delay, attempts = rc.initial_seconds, 0
+            attempts += 1
+            if rc.max_attempts and attempts >= rc.max_attempts:
+                self.log.error("giving up after %d attempts", attempts)
+                return EXIT_INTERNAL
+            self.metrics.reconnect()
+            try:
+                await asyncio.wait_for(self.stopping.wait(), delay * (1 + rc.jitter * random.random()))
+            except asyncio.TimeoutError:
+                pass
+            delay = min(rc.max_seconds, delay * 2)
+        return EXIT_OK
+
+    def _where(self) -> str:
+        t = self.tracker
+        return f"{t.committed.file}:{t.committed.pos}" if t else "start"
+
+    # ------------------------------------------------------------------ one connection
+    async def _session(self) -> None:
+        cfg = self.cfg
+        conn = SourceConnection(cfg.source)
+        reader = None
+        try:
+            info = await conn.open()
+            if self.tracker is None:
+                await self._first_start(conn, info)
+            else:
+                # Discard whatever the last session wrote after its last commit.
+                self.sink.close()
+                self.sink.open(self._sink_state)
+            position = self.tracker.committed
+            self.tracker = PositionTracker(position)
+            await conn.start_dump(cfg.source.server_id, position, self.resume_gtid, cfg.source.heartbeat_seconds)
+            self.sessions += 1
+            self.log.info("streaming from %s %s at %s:%d, %s", info.flavor, info.version_text,
+                          position.file, position.pos,
+                          f"GTID {position.gtid_set or position.gtid_list}" if self.resume_gtid else "file/pos")
+            self.metrics.set_up(True)
+            decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0, schema_source=self._schema_lookup())
+            queue: asyncio.Queue = asyncio.Queue(cfg.daemon.queue_events)
+            reader = asyncio.create_task(self._read(conn, queue))
+            await self._consume(queue, decoder)
+        finally:
+            if reader is not None:
+                reader.cancel()
+                try:
+                    await reader
+                except (asyncio.CancelledError, Exception):
+                    pass
+            await conn.close()
+
+    async def _first_start(self, conn: SourceConnection, info) -> None:
+        """Where to start: the checkpoint if there is one, else ``source.start``."""
+        self._source_facts = {"flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid}
+        if self._checkpoint is not None:
+            self.resume_gtid = self._checkpoint.source.get("resume") == "gtid"
+            self.tracker = PositionTracker(self._checkpoint.position)
+            self._source_facts["resume"] = self._checkpoint.source.get("resume", "file")
+            return
+        spec = self.cfg.source.start_spec
+        if spec.kind == "current":
+            start = await conn.current_position()
+            self.resume_gtid = bool(start.gtid_list) if info.flavor == "mariadb" else info.gtid_mode
+        elif spec.kind == "file":
+            start = Position(spec.file, spec.pos)
+        elif spec.kind == "gtid":
+            text = str(spec.gtid)
+            start = Position("", 4, gtid_list=text) if info.flavor == "mariadb" else Position("", 4, gtid_set=text)
+            self.resume_gtid = True
+        else:
+            start = Position(await self._file_for_datetime(conn, spec.timestamp), 4)
+            self._skip_before = spec.timestamp
+        self._source_facts["resume"] = "gtid" if self.resume_gtid else "file"
+        self.tracker = PositionTracker(start)
+
+    async def _file_for_datetime(self, conn: SourceConnection, when: float) -> str:
+        """The newest binlog file that began at or before ``when``: each file's first event is read
+        with a non-blocking dump (newest first); no file is streamed through."""
+        files = await conn.binlog_files()
+        for name in reversed(files):
+            probe = SourceConnection(self.cfg.source)
+            try:
+                await probe.open()
+                await probe.start_dump(self.cfg.source.server_id + 1, Position(name, 4), False, 30.0, True)
+                decoder = Decoder(checksum_alg=1 if probe.info.checksum == "CRC32" else 0)
+                while True:
+                    event = decoder.decode(await asyncio.wait_for(probe.read_event(), 30), 0)
+                    if event.header.timestamp:
+                        break
+            finally:
+                await probe.close()
+            if event.header.timestamp <= when:
+                return name
+        return files[0]
+
+    def _schema_lookup(self):
+        source = self.cfg.schema.source
+        if source == "none":
+            return None
+        if self._schema is None:
+            self._schema = SchemaCache(self._schema_connection)
+        return self._schema.lookup
+
+    async def _schema_connection(self):
+        import aiomysql
+
+        s = self.cfg.source
+        return await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password.reveal(),
+                                      ssl=s.tls.ssl_context(), connect_timeout=s.connect_timeout, autocommit=True)
+
+    async def _read(self, conn: SourceConnection, queue: asyncio.Queue) -> None:
+        """Reader task: packets into the queue; silence for 2 × heartbeat is an error."""
+        timeout = 2 * self.cfg.source.heartbeat_seconds
+        try:
+            while True:
+                raw = await asyncio.wait_for(conn.read_event(), timeout)
+                await queue.put(raw)
+        except asyncio.TimeoutError:
+            await queue.put(SourceError("timeout", f"no packet from the primary for {timeout:g}s (2 × heartbeat)"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed to the consumer, which raises it in order
+            await queue.put(exc)
+
+    # ------------------------------------------------------------------ the consumer
+    async def _consume(self, queue: asyncio.Queue, decoder: Decoder) -> None:
+        deadline = None
+        while True:
+            if self.stopping.is_set():
+                if not self.tracker.in_transaction:
+                    break
+                deadline = deadline or time.monotonic() + self.cfg.daemon.shutdown_seconds
+                if time.monotonic() > deadline:
+                    self.log.warning("shutdown: transaction still open after %.0fs; it will be read again",
+                                     self.cfg.daemon.shutdown_seconds)
+                    break
+            try:
+                item = await asyncio.wait_for(queue.get(), 0.25)
+            except asyncio.TimeoutError:
+                if self._dirty and not self.tracker.in_transaction:
+                    await self._commit()
+                continue
+            self.metrics.queue_depth(queue.qsize())
+            if isinstance(item, BaseException):
+                raise item
+            await self._handle(item, decoder)
+            if not self.tracker.in_transaction and self._dirty and (
+                    queue.empty() or self._uncommitted >= _COMMIT_EVERY
+                    or time.monotonic() - self._last_commit >= _COMMIT_SECONDS):
+                await self._commit()
+        if self._dirty and not self.tracker.in_transaction:
+            await self._commit()
+
+    async def _handle(self, raw: bytes, decoder: Decoder) -> None:
+        h = decoder.decode_header(raw)
+        pos = h.next_position - h.event_length if h.next_position >= h.event_length else 0
+        event = decoder.decode(raw, pos)
+        tc = h.type_code
+        artificial = bool(h.flags & LOG_EVENT_ARTIFICIAL_F) or h.timestamp == 0
+        self.metrics.event(h.type_name, h.timestamp, len(raw), artificial or tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2))
+        if tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2):
+            self.metrics.heartbeat()
+            return
+        if isinstance(event, E.UnknownEvent) and not h.flags & LOG_EVENT_IGNORABLE_F \
+                and self.cfg.daemon.unknown_events == "error":
+            raise UnknownEventError(f"unknown event type {tc} at {self.tracker.file}:{pos} "
+                                    "(set daemon.unknown_events = \"skip\" to pass it by)", pos)
+        if isinstance(event, E.TableMapEvent) and self._schema is not None \
+                and (event.schema, event.table) in self._schema.misses:
+            await self._schema.fetch(event.schema, event.table)
+            event = decoder.decode(raw, pos)
+        elif isinstance(event, (E.QueryEvent,)) and self._schema is not None and is_ddl(event.query):
+            self._schema.invalidate()
+        if isinstance(event, E.RotateEvent) and not artificial:
+            self.log.info("rotate to %s", event.next_file)
+        self.sink.event(raw, event)
+        if not artificial:
+            self._dirty = True
+        if self.sink.wants_rows:
+            for item in (event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)):
+                if isinstance(item, E.RowsEvent):
+                    self._rows(item)
+        if self.tracker.observe(event):
+            self._uncommitted += 1
+            self.metrics.transaction()
+            if self._skip_before is not None and h.timestamp >= self._skip_before:
+                self._skip_before = None
+        self.metrics.position(self.tracker.file, self.tracker.pos)
+
+    def _rows(self, event: E.RowsEvent) -> None:
+        f = self.cfg.filters
+        if not f.table_selected(event.schema, event.table) or not f.event_selected(event.header.type_name):
+            return
+        if self._skip_before is not None and event.header.timestamp < self._skip_before:
+            return
+        if event.columns and event.columns[0].startswith("@"):
+            self.metrics.unnamed_columns()
+        n = 0
+        for change in change_events(event, self.tracker.file, self.tracker.gtid):
+            self.sink.change(change)
+            n += 1
+        self.metrics.rows(event.schema, event.table, event.kind, n)
+
+    async def _commit(self) -> None:
+        """Sink first (durable), then the checkpoint; only at a transaction boundary."""
+        state = await asyncio.to_thread(self.sink.commit)
+        self.metrics.sink_commit()
+        checkpoint = Checkpoint(self.tracker.committed, state, self._source_facts)
+        await asyncio.to_thread(self.store.save, checkpoint)
+        self._sink_state = state
+        self._uncommitted, self._dirty, self._last_commit = 0, False, time.monotonic()
+        self.metrics.checkpoint_saved()

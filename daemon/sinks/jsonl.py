@@ -1,0 +1,112 @@
+"""JSON-lines change events in rotating files, committed by byte offset.
+
+Rows of the transaction in progress are appended to the current file as they
+arrive (its uncommitted tail is the staging area, so a transaction never has
+to fit in memory). ``commit`` flushes and fsyncs and returns ``{file, offset}``.
+``open`` truncates the file back to the checkpointed offset and removes later
+files, so a transaction the checkpoint does not cover is written once, when it
+is read again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from protocol.serialize import dumps
+
+from .base import Sink, SinkError
+
+_NAME = re.compile(r"changes-(\d{6})\.jsonl")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class JsonLinesSink(Sink):
+    """Files ``<directory>/changes-NNNNNN.jsonl``, rotated after ``max_file_bytes`` or ``max_file_seconds``.
+
+    Rotation happens at a commit, so a transaction never spans two files; 0 means no limit.
+    """
+
+    def __init__(self, directory: str | os.PathLike, max_file_bytes: int = 256 << 20,
+                 max_file_seconds: float = 3600, fsync: bool = True):
+        self.directory = Path(directory)
+        self.max_file_bytes, self.max_file_seconds, self.fsync = max_file_bytes, max_file_seconds, fsync
+        self._fh = None
+        self._index = 1
+        self._opened_at = 0.0
+
+    def _path(self, index: int) -> Path:
+        return self.directory / f"changes-{index:06d}.jsonl"
+
+    def _existing(self) -> list[int]:
+        return sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _NAME.fullmatch(p.name)))
+
+    def open(self, state: dict | None) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            existing = self._existing()
+            if state:
+                self._index = int(_NAME.fullmatch(state["file"]).group(1))
+                offset = int(state["offset"])
+                path = self._path(self._index)
+                size = path.stat().st_size if path.exists() else 0
+                if size < offset:
+                    raise SinkError(f"{path} has {size} bytes but the checkpoint says {offset} were committed: "
+                                    "the sink lost data it had made durable")
+                for later in (i for i in existing if i > self._index):
+                    self._path(later).unlink()
+                with open(path, "ab") as fh:
+                    fh.truncate(offset)
+            else:
+                self._index = existing[-1] + 1 if existing else 1
+            self._open_current()
+        except OSError as exc:
+            raise SinkError(f"JSON-lines sink in {self.directory}: {exc.strerror or exc}") from exc
+
+    def _open_current(self) -> None:
+        path = self._path(self._index)
+        created = not path.exists()
+        self._fh = open(path, "ab", buffering=1 << 20)
+        self._opened_at = time.monotonic()
+        if created and self.fsync:
+            _fsync_dir(self.directory)
+
+    def change(self, change: dict) -> None:
+        try:
+            self._fh.write(dumps(change) + b"\n")
+        except OSError as exc:
+            raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
+
+    def commit(self) -> dict:
+        try:
+            self._fh.flush()
+            if self.fsync:
+                os.fsync(self._fh.fileno())
+            offset = self._fh.tell()
+            too_big = self.max_file_bytes and offset >= self.max_file_bytes
+            too_old = self.max_file_seconds and time.monotonic() - self._opened_at >= self.max_file_seconds
+            if too_big or too_old:
+                self._fh.close()
+                self._index += 1
+                self._open_current()
+                offset = 0
+        except OSError as exc:
+            raise SinkError(f"cannot commit {self._path(self._index)}: {exc.strerror}") from exc
+        return {"file": self._path(self._index).name, "offset": offset}
+
+    def close(self) -> None:
+        if self._fh is not None:
+            try:
+                self._fh.close()
+            except OSError:
+                pass  # uncommitted data is discarded on the next open anyway
+            self._fh = None

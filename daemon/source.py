@@ -1,0 +1,239 @@
+"""One replication connection to the primary.
+
+aiomysql (PyMySQL's protocol code) does the handshake, authentication
+(mysql_native_password, caching_sha2_password, ed25519) and TLS. We then run
+a few admin statements, and from COM_REGISTER_SLAVE on we write command packets
+and read raw packets ourselves on the same stream, through the sans-I/O
+:class:`protocol.packet.PacketReader`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from dataclasses import dataclass
+
+from protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com_register_slave
+from protocol.errors import BinlogError, ProtocolError, ServerError
+from protocol.gtid import MysqlGtidSet
+from protocol.packet import PacketReader, encode_packet, is_eof, is_err, parse_err
+
+from .position import Position
+
+ER_ACCESS_DENIED = {1045, 1044, 1227, 1698, 1251}
+ER_MASTER_FATAL_READING_BINLOG = 1236
+_READ_SIZE = 1 << 18
+
+
+class SourceError(BinlogError):
+    """The primary cannot serve us. ``fatal`` errors end the daemon; others are retried.
+
+    Fields:
+        kind: "auth", "unreachable", "binlog_missing", "misconfigured", "server", "stream_ended",
+            "timeout" or "connection" (also the label of ``binlogd_errors_total``).
+        fatal: retrying cannot help (wrong password, purged binlog, binlog off…).
+    """
+
+    def __init__(self, kind: str, message: str, fatal: bool = False):
+        super().__init__(message)
+        self.kind, self.fatal = kind, fatal
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the primary told us about itself on connect."""
+
+    flavor: str            # "mysql" or "mariadb"
+    version: tuple[int, int, int]
+    version_text: str
+    server_id: int
+    server_uuid: str       # MySQL only ("" on MariaDB)
+    gtid_mode: bool        # MySQL gtid_mode=ON, or MariaDB (always has GTIDs)
+    checksum: str          # "CRC32" or "NONE"
+
+    @property
+    def admin_show_status(self) -> str:
+        """The statement for the current binlog file and position on this version."""
+        if self.flavor == "mysql" and self.version >= (8, 2, 0):
+            return "SHOW BINARY LOG STATUS"
+        return "SHOW MASTER STATUS"
+
+
+def _version(text: str) -> tuple[int, int, int]:
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
+
+
+class SourceConnection:
+    """A replica's connection: connect, inspect, register, dump, then read event packets.
+
+    Args:
+        source: the :class:`daemon.config.SourceConfig`.
+    """
+
+    def __init__(self, source):
+        self.cfg = source
+        self.conn = None
+        self.info: ServerInfo | None = None
+        self._packets = PacketReader()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.bytes_received = 0
+
+    async def open(self) -> ServerInfo:
+        """Connect and authenticate; learn flavor, version, GTID mode, checksum.
+
+        Raises:
+            SourceError: auth (fatal), unreachable, misconfigured (binlog off / not ROW, fatal).
+        """
+        import aiomysql
+        import pymysql
+
+        cfg = self.cfg
+        try:
+            self.conn = await aiomysql.connect(
+                host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.reveal(),
+                ssl=cfg.tls.ssl_context(), connect_timeout=cfg.connect_timeout, autocommit=True,
+                program_name="binlogd")
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code in ER_ACCESS_DENIED:
+                raise SourceError("auth", f"authentication failed for user {cfg.user!r} at {cfg.host}:{cfg.port} "
+                                  f"(server error {code})", fatal=True) from None
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, socket.gaierror):
+                raise SourceError("unreachable", f"unknown host {cfg.host!r}: {cause.strerror}") from None
+            raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: {exc.args[-1]}") from None
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: {exc}") from None
+        rows = await self.query("SELECT VERSION(), @@version_comment, @@server_id, @@log_bin, "
+                                "@@binlog_format, @@global.binlog_checksum")
+        version_text, comment, server_id, log_bin, fmt, checksum = rows[0]
+        flavor = "mariadb" if "mariadb" in f"{version_text} {comment}".lower() else "mysql"
+        if not int(log_bin):
+            raise SourceError("misconfigured", f"{cfg.host}:{cfg.port} has binary logging off (log_bin=0)", True)
+        if str(fmt).upper() != "ROW":
+            raise SourceError("misconfigured", f"{cfg.host}:{cfg.port} has binlog_format={fmt}; binlogd needs ROW "
+                              "(SET GLOBAL binlog_format=ROW and restart writers)", True)
+        uuid, gtid_mode = "", flavor == "mariadb"
+        if flavor == "mysql":
+            uuid, mode = (await self.query("SELECT @@server_uuid, @@gtid_mode"))[0]
+            gtid_mode = str(mode).upper() == "ON"
+        self.info = ServerInfo(flavor, _version(version_text), version_text, int(server_id), str(uuid), gtid_mode,
+                               str(checksum).upper())
+        return self.info
+
+    async def query(self, sql: str) -> list[tuple]:
+        """Run one admin statement; rows as tuples.
+
+        Raises:
+            SourceError: the server refused it (with its error number).
+        """
+        import pymysql
+
+        try:
+            async with self.conn.cursor() as cur:
+                await cur.execute(sql)
+                return list(await cur.fetchall() or [])
+        except pymysql.err.MySQLError as exc:
+            code = exc.args[0] if exc.args else 0
+            kind = "auth" if code in ER_ACCESS_DENIED else "server"
+            raise SourceError(kind, f"{sql.split()[0]} failed: server error {code}: {exc.args[-1]}",
+                              fatal=kind == "auth") from None
+
+    async def current_position(self) -> Position:
+        """The primary's current end of log: file, position and GTID state."""
+        rows = await self.query(self.info.admin_show_status)
+        if not rows:
+            raise SourceError("misconfigured", "the primary reports no binlog status (is log_bin on?)", True)
+        file, pos = rows[0][0], int(rows[0][1])
+        if self.info.flavor == "mariadb":
+            gtid_list = (await self.query("SELECT @@global.gtid_binlog_pos"))[0][0] or ""
+            return Position(file, pos, gtid_list=str(gtid_list))
+        executed = str(rows[0][4]).replace("\n", "") if len(rows[0]) > 4 and self.info.gtid_mode else ""
+        return Position(file, pos, gtid_set=executed)
+
+    async def binlog_files(self) -> list[str]:
+        """``SHOW BINARY LOGS``: the primary's files, oldest first."""
+        return [r[0] for r in await self.query("SHOW BINARY LOGS")]
+
+    async def start_dump(self, server_id: int, position: Position, use_gtid: bool, heartbeat: float,
+                         non_blocking: bool = False) -> None:
+        """Negotiate checksum and heartbeat, register as a replica, send the dump command.
+
+        Args:
+            use_gtid: resume by GTID (MySQL COM_BINLOG_DUMP_GTID with ``gtid_set``; MariaDB
+                ``@slave_connect_state`` = ``gtid_list``) instead of file/pos.
+        """
+        info = self.info
+        period = int(heartbeat * 1_000_000_000)
+        await self.query("SET @master_binlog_checksum = @@global.binlog_checksum, "
+                         "@source_binlog_checksum = @@global.binlog_checksum, "
+                         f"@master_heartbeat_period = {period}, @source_heartbeat_period = {period}")
+        if info.flavor == "mariadb":
+            await self.query("SET @mariadb_slave_capability = 4")
+            if use_gtid:
+                gtids = position.gtid_list.replace("'", "")
+                await self.query(f"SET @slave_connect_state = '{gtids}', @slave_gtid_strict_mode = 0, "
+                                 "@slave_gtid_ignore_duplicates = 0")
+        self._reader, self._writer = self.conn._reader, self.conn._writer  # after the handshake: raw packets
+        await self._command(com_register_slave(server_id, port=0))
+        reply = await self._packet()
+        if is_err(reply):
+            raise self._server_error(parse_err(reply), "COM_REGISTER_SLAVE")
+        flags = 1 if non_blocking else 0  # BINLOG_DUMP_NON_BLOCK: EOF at the end instead of waiting
+        if use_gtid and info.flavor == "mysql":
+            cmd = com_binlog_dump_gtid(server_id, "", 4, MysqlGtidSet.parse(position.gtid_set), flags)
+        elif use_gtid:
+            cmd = com_binlog_dump("", 4, server_id, flags)
+        else:
+            cmd = com_binlog_dump(position.file, position.pos, server_id, flags)
+        await self._command(cmd)
+
+    async def _command(self, payload: bytes) -> None:
+        self._writer.write(encode_packet(payload, 0))
+        await self._writer.drain()
+
+    async def _packet(self) -> bytes:
+        while True:
+            packet = self._packets.next_packet()
+            if packet is not None:
+                return packet.payload
+            data = await self._reader.read(_READ_SIZE)
+            if not data:
+                self._packets.feed_eof()
+                if self._packets.next_packet() is None:
+                    raise SourceError("connection", "the primary closed the connection")
+            self.bytes_received += len(data)
+            self._packets.feed(data)
+
+    async def read_event(self) -> bytes:
+        """The next event's bytes (the OK byte stripped).
+
+        Raises:
+            ServerError-derived SourceError: an ERR packet (1236 = binlog purged/missing, fatal).
+            SourceError("stream_ended"): an EOF packet (non-blocking dump reached the end).
+        """
+        payload = await self._packet()
+        if payload[:1] == b"\x00":
+            return payload[1:]
+        if is_err(payload):
+            raise self._server_error(parse_err(payload), "binlog dump")
+        if is_eof(payload):
+            raise SourceError("stream_ended", "the primary ended the binlog stream (EOF packet)")
+        raise ProtocolError(f"unexpected packet 0x{payload[0]:02x} in the binlog stream")
+
+    def _server_error(self, err: ServerError, during: str) -> SourceError:
+        if err.code == ER_MASTER_FATAL_READING_BINLOG:
+            return SourceError("binlog_missing", f"{during}: the primary cannot send the requested binlog "
+                               f"(error 1236: {err.message}); it was probably purged: see README 'After ERR 1236'",
+                               fatal=True)
+        if err.code in ER_ACCESS_DENIED:
+            return SourceError("auth", f"{during}: {err} (grant REPLICATION SLAVE and REPLICATION CLIENT)", True)
+        return SourceError("server", f"{during}: {err}", fatal=err.code in (1236, 1371))
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()  # aiomysql: closes the transport without a COM_QUIT round trip
+            self.conn = None
