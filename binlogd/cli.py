@@ -129,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("demo", help="throwaway MariaDB + changes + decoded change events")
-    p.add_argument("--transactions", type=int, default=20, help="how many transactions to write")
+    p = sub.add_parser("demo", help="throwaway MariaDB + a trickle of changes + the daemon tailing it")
+    p.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--rate", type=float, default=5.0, help="transactions per second to write")
     p.set_defaults(func=cmd_demo)
     return parser
 

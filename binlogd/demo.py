@@ -1,58 +1,93 @@
-"""``binlogd demo``: a throwaway local MariaDB, some changes, and what binlogd decodes of them.
+"""``binlogd demo``: a throwaway MariaDB, a steady trickle of changes, and the daemon tailing it.
 
-Until the daemon lands, the demo reads the server's binlog files with the same
-decoder the daemon will use and prints one change event per row.
+Change events go to standard output, logs to standard error, and metrics are
+served on http://127.0.0.1:9108/metrics (or a free port when that one is busy).
+It stops after ``--seconds`` (0 = until Ctrl-C).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sys
+import tempfile
 
-from protocol.events import GtidEvent, MariadbGtidEvent, RowsEvent
-from protocol.serialize import change_events, dumps, flatten
+from daemon.config import load_config
+from daemon.logs import setup_logging
+from daemon.service import Daemon
 
-from . import filetools
-from .localserver import LocalServer
+from .localserver import LocalServer, free_port
+
+_SCHEMA = ("CREATE TABLE demo.orders (id INT PRIMARY KEY AUTO_INCREMENT, customer VARCHAR(40), "
+           "amount DECIMAL(10,2), placed DATETIME(3), note JSON, status ENUM('new','paid','shipped'))")
 
 
-def _write_changes(server: LocalServer, transactions: int) -> None:
-    server.sql("CREATE DATABASE IF NOT EXISTS demo")
-    server.sql("CREATE TABLE demo.orders (id INT PRIMARY KEY AUTO_INCREMENT, customer VARCHAR(40), "
-               "amount DECIMAL(10,2), placed DATETIME(3), note JSON, status ENUM('new','paid','shipped'))")
+def _writer(server: LocalServer, stop, rate: float) -> int:
+    """Write transactions (insert, sometimes update/delete) until ``stop`` is set; returns how many."""
     rng = random.Random(42)
     names = ["ana", "björn", "chen", "dilnoza", "eve"]
+    count = 0
     with server.connect() as conn, conn.cursor() as cur:
-        for i in range(transactions):
+        while not stop.is_set():
+            count += 1
             cur.execute("INSERT INTO demo.orders (customer, amount, placed, note, status) "
                         "VALUES (%s, %s, NOW(3), %s, 'new')",
-                        (rng.choice(names), f"{rng.uniform(1, 500):.2f}", f'{{"n": {i}}}'))
-            if i % 3 == 2:
-                cur.execute("UPDATE demo.orders SET status = 'paid' WHERE id = %s", (i,))
-            if i % 7 == 6:
-                cur.execute("DELETE FROM demo.orders WHERE id = %s", (i - 5,))
+                        (rng.choice(names), f"{rng.uniform(1, 500):.2f}", f'{{"n": {count}}}'))
+            if count % 3 == 0:
+                cur.execute("UPDATE demo.orders SET status = 'paid' WHERE id = %s", (count - 1,))
+            if count % 7 == 0:
+                cur.execute("DELETE FROM demo.orders WHERE id = %s", (count - 5,))
             conn.commit()
-    server.sql("FLUSH BINARY LOGS")
+            stop.wait(1.0 / rate)
+    return count
+
+
+async def _main(args, server: LocalServer, workdir: str) -> int:
+    import threading
+
+    port = 9108
+    try:
+        import socket
+
+        with socket.create_server(("127.0.0.1", port)):
+            pass
+    except OSError:
+        port = free_port()
+    config = load_config(None, env={}, overrides={
+        "source.host": "127.0.0.1", "source.port": str(server.port), "source.user": server.repl_user,
+        "source.password": server.repl_password, "source.heartbeat_seconds": "1",
+        "checkpoint.path": f"{workdir}/checkpoint.json", "sink.kind": "stdout",
+        "metrics.listen": f"127.0.0.1:{port}", "metrics.table_labels": "true"})
+    log = setup_logging("plain", "info")
+    log.info("demo: %s %s on 127.0.0.1:%d; metrics on http://127.0.0.1:%d/metrics",
+             server.flavor, server.version, server.port, port)
+    daemon = Daemon(config, log)
+    stop = threading.Event()
+    writer = asyncio.create_task(asyncio.to_thread(_writer, server, stop, args.rate))
+    runner = asyncio.create_task(daemon.run())
+    try:
+        if args.seconds:
+            await asyncio.wait_for(asyncio.shield(runner), args.seconds)
+        else:
+            await runner
+    except asyncio.TimeoutError:
+        pass
+    stop.set()
+    written = await writer
+    daemon.stop()
+    rc = await runner
+    log.info("demo: wrote %d transactions; the daemon exited with %d", written, rc)
+    return rc
 
 
 def run_demo(args) -> int:
-    """Start the server, write ``args.transactions`` transactions, print their change events."""
+    """Start the server and the daemon for ``args.seconds`` (0 = until interrupted)."""
     print("binlogd demo: starting a throwaway MariaDB with binary logging ...", file=sys.stderr)
-    with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as server:
-        print(f"binlogd demo: {server.flavor} {server.version} on 127.0.0.1:{server.port}", file=sys.stderr)
-        _write_changes(server, args.transactions)
-        count = 0
-        for path in server.binlog_files():
-            gtid = None
-            for event in filetools.dump_events(path):
-                for item in flatten(event):
-                    if isinstance(item, (GtidEvent, MariadbGtidEvent)):
-                        gtid = item.gtid
-                    elif isinstance(item, RowsEvent):
-                        for change in change_events(item, path.name, gtid):
-                            sys.stdout.buffer.write(dumps(change) + b"\n")
-                            count += 1
-        sys.stdout.flush()
-        print(f"binlogd demo: decoded {count} row changes from {len(server.binlog_files())} binlog files",
-              file=sys.stderr)
-    return 0
+    with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as server, \
+            tempfile.TemporaryDirectory(prefix="binlogd-demo-") as workdir:
+        server.sql("CREATE DATABASE demo")
+        server.sql(_SCHEMA)
+        try:
+            return asyncio.run(_main(args, server, workdir))
+        except KeyboardInterrupt:
+            return 0
