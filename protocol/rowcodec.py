@@ -32,7 +32,7 @@ BINARY_COLLATION = 63
 
 def _globals() -> dict:
     ns = {f"_{k}": s.unpack_from for k, s in _STRUCTS.items()}
-    ns.update(_float32=V.float32, _decimal=V.decimal_text, _date=V.date_text, _dt2=V.datetime2_text,
+    ns.update(_float32=V.float32, _date=V.date_text, _dt2=V.datetime2_text,
               _time2=V.time2_text, _ts2=V.timestamp2_text, _utc=V.utc_text, _otime=V.old_time_text,
               _odt=V.old_datetime_text, _year=V.year_value, _b64=V.base64_text, _padded=V.padded_base64, _guess=V.text_or_base64,
               _json=decode_json, _jdiff=decode_json_diff, _vector=V.vector_value, _int=int.from_bytes)
@@ -103,7 +103,9 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
         return [f"r[{key}] = {fn}(v, p, {fsp})", f"p += {base + (fsp + 1) // 2}"]
     if t == T.NEWDECIMAL:
         prec, scale = m
-        return [f"r[{key}] = _decimal(v, p, {prec}, {scale})", f"p += {V.decimal_size(prec, scale) if 0 < prec <= 65 and scale <= prec else 0}"]
+        fn = src.const(f"_dec{i}", V.decimal_decoder(prec, scale))
+        size = V.decimal_size(prec, scale) if 0 < prec <= 65 and scale <= prec else 0
+        return [f"r[{key}] = {fn}(v, p)", f"p += {size}"]
     if t == T.BIT:
         bits, nbytes = m
         size = (nbytes * 8 + bits + 7) // 8
@@ -158,9 +160,12 @@ def compile_image(columns: tuple[Column, ...], present: list[int], null_offset: 
     for bit, idx in enumerate(present):
         col = columns[idx]
         key = src.const(f"_k{idx}", col.label)
-        body.append(f"if nb >> {bit + null_offset} & 1: r[{key}] = None")
-        body.append("else:")
-        body.extend("    " + line for line in _column_lines(src, col, key))
+        if col.nullable:
+            body.append(f"if nb >> {bit + null_offset} & 1: r[{key}] = None")
+            body.append("else:")
+            body.extend("    " + line for line in _column_lines(src, col, key))
+        else:  # NOT NULL: the server never sets its null bit, so there is nothing to test
+            body.extend(_column_lines(src, col, key))
     body.append("if p > len(v): raise _err('row image runs past the end of the event')")
     body.append("return r, p")
     code = "def image(v, p, partial):\n" + "\n".join("    " + line for line in body) + "\n"

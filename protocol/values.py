@@ -44,34 +44,60 @@ def decimal_text(view: memoryview, pos: int, precision: int, scale: int) -> str:
     Raises:
         EventDecodeError: when precision/scale are impossible or the bytes run out.
     """
+    return decimal_decoder(precision, scale)(view, pos)
+
+
+def decimal_decoder(precision: int, scale: int):
+    """A function ``(view, pos) -> str`` for DECIMAL(precision, scale), layout worked out once.
+
+    The value is stored big-endian in groups of 9 decimal digits per 4 bytes (a
+    shorter group for the leading integer and trailing fraction digits), with
+    the sign in the top bit and negative values stored inverted. It is read as
+    one integer and split with shifts.
+
+    Raises:
+        EventDecodeError: (when called) for impossible precision/scale or short data.
+    """
     if not 0 < precision <= 65 or not 0 <= scale <= 30 or scale > precision:
-        raise EventDecodeError(f"invalid DECIMAL({precision},{scale})")
+        def invalid(view, pos):
+            raise EventDecodeError(f"invalid DECIMAL({precision},{scale})")
+        return invalid
     size = decimal_size(precision, scale)
-    if pos + size > len(view):
-        raise EventDecodeError(f"DECIMAL({precision},{scale}) needs {size} bytes at row offset {pos}")
-    raw = bytearray(view[pos:pos + size])
-    negative = not raw[0] & 0x80
-    raw[0] ^= 0x80
-    if negative:
-        raw = bytearray(b ^ 0xFF for b in raw)
     intg = precision - scale
-    lead = _DIG2BYTES[intg % 9]
-    i = lead
-    int_part = int.from_bytes(raw[:lead], "big") if lead else 0
-    for _ in range(intg // 9):
-        int_part = int_part * 1_000_000_000 + int.from_bytes(raw[i:i + 4], "big")
-        i += 4
-    sign = "-" if negative else ""
-    if not scale:
-        return f"{sign}{int_part}"
-    frac = []
-    for _ in range(scale // 9):
-        frac.append(f"{int.from_bytes(raw[i:i + 4], 'big'):09d}")
-        i += 4
-    tail = scale % 9
-    if tail:
-        frac.append(f"{int.from_bytes(raw[i:i + _DIG2BYTES[tail]], 'big'):0{tail}d}")
-    return f"{sign}{int_part}.{''.join(frac)}"
+    lead_bytes, tail_bytes = _DIG2BYTES[intg % 9], _DIG2BYTES[scale % 9]
+    int_groups, frac_groups, tail_digits = intg // 9, scale // 9, scale % 9
+    sign_bit, all_bits = 1 << (8 * size - 1), (1 << (8 * size)) - 1
+    frac_bits = 8 * (4 * frac_groups + tail_bytes)
+    frac_mask = (1 << frac_bits) - 1
+    simple = int_groups <= 1 and frac_groups == 0 and not (int_groups and lead_bytes)
+
+    def decode(view, pos):
+        if pos + size > len(view):
+            raise EventDecodeError(f"DECIMAL({precision},{scale}) needs {size} bytes at row offset {pos}")
+        x = int.from_bytes(view[pos:pos + size], "big")
+        if x & sign_bit:
+            x ^= sign_bit
+            sign = ""
+        else:
+            x ^= sign_bit ^ all_bits
+            sign = "-"
+        whole, frac = x >> frac_bits, x & frac_mask
+        if not simple:
+            digits, shift = 0, 8 * 4 * int_groups
+            int_part = whole >> shift if lead_bytes else 0
+            for k in range(int_groups - 1, -1, -1):
+                int_part = int_part * 1_000_000_000 + (whole >> (32 * k) & 0xFFFFFFFF)
+            whole = int_part
+            if frac_groups:
+                parts = [f"{frac >> (8 * tail_bytes + 32 * k) & 0xFFFFFFFF:09d}" for k in range(frac_groups - 1, -1, -1)]
+                if tail_digits:
+                    parts.append(f"{frac & ((1 << 8 * tail_bytes) - 1):0{tail_digits}d}")
+                return f"{sign}{whole}.{''.join(parts)}"
+        if not scale:
+            return f"{sign}{whole}"
+        return f"{sign}{whole}.{frac:0{scale}d}"
+
+    return decode
 
 
 def _fraction(usec: int, fsp: int) -> str:
@@ -87,18 +113,48 @@ def _frac_usec(view: memoryview, pos: int, fsp: int) -> int:
     return value * (10_000, 100, 1)[n - 1]
 
 
+_DATES: dict[int, str] = {}
+_TIMES: dict[int, str] = {}
+_CACHE_MAX = 1 << 17
+
+
 def date_text(packed: int) -> str:
-    """DATE's 3-byte value (year<<9 | month<<5 | day) as ``YYYY-MM-DD``."""
-    return f"{packed >> 9:04d}-{packed >> 5 & 15:02d}-{packed & 31:02d}"
+    """DATE's 3-byte value (year<<9 | month<<5 | day) as ``YYYY-MM-DD`` (cached: dates repeat)."""
+    text = _DATES.get(packed)
+    if text is None:
+        if len(_DATES) >= _CACHE_MAX:
+            _DATES.clear()
+        text = _DATES[packed] = f"{packed >> 9:04d}-{packed >> 5 & 15:02d}-{packed & 31:02d}"
+    return text
+
+
+def _ymd_text(ymd: int) -> str:
+    """DATETIME2's 22-bit year*13+month / day part as ``YYYY-MM-DD`` (cached)."""
+    key = ymd | 1 << 23
+    text = _DATES.get(key)
+    if text is None:
+        if len(_DATES) >= _CACHE_MAX:
+            _DATES.clear()
+        ym = ymd >> 5
+        text = _DATES[key] = f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d}"
+    return text
+
+
+def _hms_text(hms: int) -> str:
+    """DATETIME2's 17-bit hour/minute/second part as ``HH:MM:SS`` (cached)."""
+    text = _TIMES.get(hms)
+    if text is None:
+        text = _TIMES[hms] = f"{hms >> 12:02d}:{hms >> 6 & 63:02d}:{hms & 63:02d}"
+    return text
 
 
 def datetime2_text(view: memoryview, pos: int, fsp: int) -> str:
     """DATETIME2(fsp): 5 bytes big-endian (offset 0x8000000000) then the fraction."""
     packed = int.from_bytes(view[pos:pos + 5], "big") - 0x8000000000
-    ymd, hms = packed >> 17, packed & 0x1FFFF
-    ym = ymd >> 5
-    return (f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d} "
-            f"{hms >> 12:02d}:{hms >> 6 & 63:02d}:{hms & 63:02d}{_fraction(_frac_usec(view, pos + 5, fsp), fsp)}")
+    text = f"{_ymd_text(packed >> 17)} {_hms_text(packed & 0x1FFFF)}"
+    if fsp:
+        return f"{text}{_fraction(_frac_usec(view, pos + 5, fsp), fsp)}"
+    return text
 
 
 def time2_text(view: memoryview, pos: int, fsp: int) -> str:
