@@ -4,7 +4,10 @@
 position (file and next offset) and the transaction in progress, and moves
 :attr:`PositionTracker.committed` only when a transaction ends: after XID,
 after a COMMIT / ROLLBACK / XA PREPARE, after a DDL statement (an implicit
-commit), after a whole TRANSACTION_PAYLOAD. A GTID is added to the GTID set
+commit) or any statement logged without BEGIN, after a rows event that ends a
+statement logged without BEGIN (5.1 non-transactional tables), after a whole
+TRANSACTION_PAYLOAD. The context events before a statement (INTVAR, RAND,
+USER_VAR, TABLE_MAP, LOAD DATA blocks) open its group. A GTID is added to the GTID set
 (MySQL) or list (MariaDB) only then. Resuming from ``committed`` therefore
 always starts at a transaction's first event, whose TABLE_MAPs come with it.
 """
@@ -16,7 +19,10 @@ from dataclasses import dataclass, replace
 from protocol import events as E
 from protocol.constants import EventType as ET
 from protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
+from protocol.rows import ROWS_TYPES, STMT_END_F
 
+_GROUP_OPENERS = frozenset({ET.INTVAR, ET.RAND, ET.USER_VAR, ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK,
+                            ET.CREATE_FILE, ET.ROWS_QUERY, ET.ANNOTATE_ROWS})
 _ENDING_STATEMENTS = ("COMMIT", "ROLLBACK", "XA PREPARE", "XA COMMIT", "XA ROLLBACK")
 
 
@@ -123,7 +129,17 @@ class PositionTracker:
             self._began = not event.standalone
         elif tc == ET.XID or tc == ET.XA_PREPARE:
             return self._end()
-        elif tc in (ET.QUERY, ET.QUERY_COMPRESSED):
+        elif tc in _GROUP_OPENERS:
+            # Context events (INSERT_ID, RAND seeds, user variables, LOAD DATA blocks, TABLE_MAP)
+            # belong to the statement after them: a resume must not start between them.
+            if not self.in_transaction:
+                self._start(None, None)
+        elif tc in ROWS_TYPES:
+            if not self.in_transaction:
+                self._start(None, None)
+            if event.flags & STMT_END_F and not self._began:
+                return self._end()  # a non-transactional statement logged without BEGIN (5.1)
+        elif tc in (ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY):
             statement = _statement(event.query)
             if statement.startswith("BEGIN") or statement.startswith("XA START"):
                 if not self.in_transaction:

@@ -32,7 +32,8 @@ BINARY_COLLATION = 63
 
 def _globals() -> dict:
     ns = {f"_{k}": s.unpack_from for k, s in _STRUCTS.items()}
-    ns.update(_float32=V.float32, _date=V.date_text, _dt2=V.datetime2_text,
+    ns.update(_float32=V.float32, _date=V.date_text, _dates=V._DATES, _ymds=V._YMD, _times=V._TIMES, _ymd=V._ymd_text,
+              _hms=V._hms_text, _dt2=V.datetime2_text,
               _time2=V.time2_text, _ts2=V.timestamp2_text, _utc=V.utc_text, _otime=V.old_time_text,
               _odt=V.old_datetime_text, _year=V.year_value, _b64=V.base64_text, _padded=V.padded_base64, _guess=V.text_or_base64,
               _json=decode_json, _jdiff=decode_json_diff, _vector=V.vector_value, _int=int.from_bytes)
@@ -90,13 +91,23 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
     if t == T.YEAR:
         return [f"r[{key}] = _year(v[p])", "p += 1"]
     if t in (T.DATE, T.NEWDATE):
-        return [f"r[{key}] = _date(_int(v[p:p + 3], 'little'))", "p += 3"]
+        return ["x = v[p] | v[p + 1] << 8 | v[p + 2] << 16", f"r[{key}] = _dates.get(x) or _date(x)", "p += 3"]
     if t == T.TIME:
         return [f"r[{key}] = _otime(_int(v[p:p + 3], 'little', signed=True))", "p += 3"]
     if t == T.DATETIME:
         return [f"r[{key}] = _odt(_u64(v, p)[0])", "p += 8"]
     if t == T.TIMESTAMP:
         return [f"r[{key}] = _utc(_u32(v, p)[0])", "p += 4"]
+    if t == T.DATETIME2:
+        fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
+        nfrac = (fsp + 1) // 2
+        lines = ["x = _int(v[p:p + 5], 'big') - 0x8000000000",
+                 "y = x >> 17", "z = x & 0x1FFFF",
+                 "d = (_ymds.get(y) or _ymd(y)) + ' ' + (_times.get(z) or _hms(z))"]
+        if nfrac:
+            unit = (10_000, 100, 1)[nfrac - 1]
+            lines.append(f"d += '.' + ('%06d' % (_int(v[p + 5:p + {5 + nfrac}], 'big') * {unit}))[:{fsp}]")
+        return lines + [f"r[{key}] = d", f"p += {5 + nfrac}"]
     if t in (T.TIME2, T.DATETIME2, T.TIMESTAMP2):
         fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
         base, fn = {T.TIME2: (3, "_time2"), T.DATETIME2: (5, "_dt2"), T.TIMESTAMP2: (4, "_ts2")}[t]

@@ -62,9 +62,8 @@ def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
     if kind == "update" and h.type_code != ET.PRE_GA_UPDATE_ROWS:
         after, pos = take(body, pos, nbytes, "columns-present bitmap (after image)")
         present_after = int.from_bytes(after, "little")
-    data = body[pos:]
-    if h.type_code in _COMPRESSED:
-        data = memoryview(mariadb_uncompress(data))
+    # One copy per event: indexing and slicing bytes is much faster than memoryview in the row loop.
+    data = mariadb_uncompress(body[pos:]) if h.type_code in _COMPRESSED else bytes(body[pos:])
     partial = h.type_code == ET.PARTIAL_UPDATE_ROWS
 
     null_offset = 1 if h.type_code in _PRE_GA else 0
@@ -75,7 +74,7 @@ def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
     return E.RowsEvent(h, kind, table_id, flags, table_map.schema, table_map.table, codec.labels, decode)
 
 
-def _decode_rows(codec: TableCodec, kind: str, data: memoryview, present_before: int,
+def _decode_rows(codec: TableCodec, kind: str, data: bytes, present_before: int,
                  present_after: int | None, partial: bool, h, null_offset: int) -> list:
     first = codec.image(present_before, null_offset)
     second = codec.image(present_after if present_after is not None else present_before, null_offset)

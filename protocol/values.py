@@ -113,8 +113,9 @@ def _frac_usec(view: memoryview, pos: int, fsp: int) -> int:
     return value * (10_000, 100, 1)[n - 1]
 
 
-_DATES: dict[int, str] = {}
-_TIMES: dict[int, str] = {}
+_DATES: dict[int, str] = {}   # DATE's packed value → text
+_YMD: dict[int, str] = {}     # DATETIME2's date part → text
+_TIMES: dict[int, str] = {}   # DATETIME2's time part → text
 _CACHE_MAX = 1 << 17
 
 
@@ -129,20 +130,21 @@ def date_text(packed: int) -> str:
 
 
 def _ymd_text(ymd: int) -> str:
-    """DATETIME2's 22-bit year*13+month / day part as ``YYYY-MM-DD`` (cached)."""
-    key = ymd | 1 << 23
-    text = _DATES.get(key)
+    """DATETIME2's year*13+month / day part (the bits above the 17 time bits) as ``YYYY-MM-DD`` (cached)."""
+    text = _YMD.get(ymd)
     if text is None:
-        if len(_DATES) >= _CACHE_MAX:
-            _DATES.clear()
+        if len(_YMD) >= _CACHE_MAX:
+            _YMD.clear()
         ym = ymd >> 5
-        text = _DATES[key] = f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d}"
+        text = _YMD[ymd] = f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d}"
     return text
 
 
 def _hms_text(hms: int) -> str:
     """DATETIME2's 17-bit hour/minute/second part as ``HH:MM:SS`` (cached)."""
     text = _TIMES.get(hms)
+    if text is None and len(_TIMES) >= _CACHE_MAX:
+        _TIMES.clear()
     if text is None:
         text = _TIMES[hms] = f"{hms >> 12:02d}:{hms >> 6 & 63:02d}:{hms & 63:02d}"
     return text
