@@ -146,8 +146,8 @@ class PositionTracker:
                     self._start(None, None)
                 self._began = True
                 return False
-            if statement.startswith("XA END"):
-                return False
+            if statement.startswith(("XA END", "ROLLBACK TO", "SAVEPOINT", "RELEASE SAVEPOINT")):
+                return False  # inside the transaction
             if statement.startswith(_ENDING_STATEMENTS):
                 return self._end()
             if not self.in_transaction or not self._began or self._standalone:
