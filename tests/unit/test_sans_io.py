@@ -1,0 +1,155 @@
+"""protocol/ is sans-I/O: it never imports transports, event loops, loggers or the layers above it.
+
+DESIGN.md: "`protocol/` never imports asyncio, socket, pymysql, aiomysql, logging handlers or
+anything from `daemon/`". Two checks:
+
+* statically, every ``import``/``from … import`` in every module of protocol/ (including imports
+  inside functions and relative imports such as ``from ..daemon import x``), plus
+  ``importlib.import_module("…")`` / ``__import__("…")`` calls with a literal name;
+* dynamically, importing every module of the package in a fresh interpreter must not drag any
+  forbidden module into ``sys.modules`` (catches imports hidden behind third-party packages).
+
+The checker itself is tested on synthetic sources, so a broken checker cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "protocol"
+
+# Top-level names protocol/ must never import (a submodule of one counts as the module itself).
+FORBIDDEN = frozenset({"asyncio", "socket", "selectors", "ssl", "pymysql", "aiomysql", "logging",
+                       "daemon", "binlogd"})
+# Modules that must not appear in sys.modules after importing the whole package.
+FORBIDDEN_LOADED = FORBIDDEN
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str | None, level: int, importer: str, is_package: bool) -> str:
+    """Absolute name of ``from <level dots><module> import …`` written in module ``importer``."""
+    if level == 0:
+        return module or ""
+    package = importer.split(".") if is_package else importer.split(".")[:-1]
+    if level - 1 > len(package):
+        return "<beyond top level>." + (module or "")
+    base = package[: len(package) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def imported_names(source: str, importer: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, absolute module name) of everything ``source`` imports or may import."""
+    tree = ast.parse(source)
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(node.module, node.level, importer, is_package)
+            out.append((node.lineno, base))
+            # `from .. import daemon` / `from protocol import x`: the names may be modules too.
+            out.extend((node.lineno, f"{base}.{alias.name}" if base else alias.name)
+                       for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in ("import_module", "__import__") and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    out.append((node.lineno, arg.value))
+    return out
+
+
+def violations(source: str, importer: str, is_package: bool = False) -> list[str]:
+    found = []
+    for line, name in imported_names(source, importer, is_package):
+        top = name.split(".")[0]
+        if top in FORBIDDEN or name.startswith("<beyond"):
+            found.append(f"line {line}: {name}")
+    return found
+
+
+def _protocol_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+# ------------------------------------------------------------------------ the checker checks itself
+
+
+@pytest.mark.parametrize("source, importer, expected", [
+    ("import asyncio", "protocol.x", ["line 1: asyncio"]),
+    ("import asyncio.streams as s", "protocol.x", ["line 1: asyncio.streams"]),
+    ("from socket import socket", "protocol.x", ["line 1: socket", "line 1: socket.socket"]),
+    ("def f():\n    import logging.handlers\n", "protocol.x", ["line 2: logging.handlers"]),
+    ("from ..daemon import stream", "protocol.x", ["line 1: daemon", "line 1: daemon.stream"]),
+    ("from .. import binlogd", "protocol.x", ["line 1: binlogd"]),
+    ("from ... import daemon", "protocol.sub.x", ["line 1: daemon"]),
+    ("from ... import x", "protocol.x", ["line 1: <beyond top level>.", "line 1: <beyond top level>..x"]),
+    ("import importlib\nimportlib.import_module('ssl')", "protocol.x", ["line 2: ssl"]),
+    ("m = __import__('selectors')", "protocol.x", ["line 1: selectors"]),
+    ("import pymysql, aiomysql", "protocol.x", ["line 1: pymysql", "line 1: aiomysql"]),
+    ("from .errors import ProtocolError\nimport struct, zlib\nfrom . import events",
+     "protocol.x", []),
+    ("from . import daemon", "protocol", []),  # protocol.daemon would be protocol's own module
+    ("from .. import daemon", "protocol.sub", []),  # in protocol/sub/__init__.py, `..` is protocol
+    ("from ... import daemon", "protocol.sub", ["line 1: daemon"]),
+])
+def test_checker_finds_forbidden_imports(source, importer, expected):
+    is_package = importer.count(".") == 0 or importer.endswith(".sub")
+    assert violations(textwrap.dedent(source), importer, is_package) == expected
+
+
+def test_package_has_modules():
+    names = [p.name for p in _protocol_files()]
+    assert "decoder.py" in names and "reader.py" in names and "__init__.py" in names
+
+
+# ------------------------------------------------------------------------ the real package
+
+
+@pytest.mark.parametrize("path", _protocol_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_module_imports_nothing_forbidden(path: Path):
+    source = path.read_text(encoding="utf-8")
+    found = violations(source, _module_name(path), path.name == "__init__.py")
+    assert not found, f"{path.relative_to(REPO)} imports forbidden modules: {found}"
+
+
+_PROBE = r"""
+import importlib, json, pkgutil, sys
+sys.path.insert(0, sys.argv[1])
+before = set(sys.modules)
+import protocol
+names = ["protocol"]
+for info in pkgutil.walk_packages(protocol.__path__, "protocol."):
+    importlib.import_module(info.name)
+    names.append(info.name)
+print(json.dumps({"before": sorted(before), "after": sorted(sys.modules), "imported": names}))
+"""
+
+
+def test_importing_protocol_loads_no_io_modules():
+    proc = subprocess.run([sys.executable, "-c", _PROBE, str(REPO)], capture_output=True, text=True,
+                          cwd=str(REPO), timeout=120)
+    assert proc.returncode == 0, f"importing protocol failed:\n{proc.stderr}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result["imported"]) >= {"protocol.decoder", "protocol.reader", "protocol.packet"}
+    before = {m.split(".")[0] for m in result["before"]}
+    assert not FORBIDDEN_LOADED & before, (
+        f"the bare interpreter already loads {sorted(FORBIDDEN_LOADED & before)}: this check would be void")
+    loaded = sorted(m for m in result["after"] if m.split(".")[0] in FORBIDDEN_LOADED)
+    assert not loaded, f"importing protocol loaded {loaded}"
