@@ -13,7 +13,8 @@ import re
 
 from protocol.tablemap import TableSchema
 
-_DDL = re.compile(r"^\s*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.IGNORECASE)
+_DDL = re.compile(r"^(?:\s|/\*.*?\*/|--[^\n]*\n|#[^\n]*\n)*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b",
+                  re.IGNORECASE | re.DOTALL)
 _VALUES = re.compile(r"'((?:[^']|'')*)'")
 
 
@@ -79,15 +80,13 @@ class SchemaCache:
                     raise
         result = None
         if rows:
-            types = [str(r[1]).lower() for r in rows]
+            kinds = [str(r[2]).lower() for r in rows]
             result = TableSchema(
                 names=tuple(r[0] for r in rows),
-                unsigned=tuple("unsigned" in t for t in types),
+                unsigned=tuple("unsigned" in str(r[1]).lower() for r in rows),
                 collations=tuple(int(r[3]) if r[3] is not None else None for r in rows),
-                enum_values=tuple(_value_names(t) if str(r[2]).lower() == "enum" else None
-                                  for r, t in zip(rows, types)),
-                set_values=tuple(_value_names(t) if str(r[2]).lower() == "set" else None
-                                 for r, t in zip(rows, types)),
+                enum_values=tuple(_value_names(str(r[1])) if k == "enum" else None for r, k in zip(rows, kinds)),
+                set_values=tuple(_value_names(str(r[1])) if k == "set" else None for r, k in zip(rows, kinds)),
             )
         self._tables[(schema, table)] = result
         return result

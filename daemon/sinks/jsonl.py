@@ -55,7 +55,11 @@ class JsonLinesSink(Sink):
             self.directory.mkdir(parents=True, exist_ok=True)
             existing = self._existing()
             if state:
-                self._index = int(_NAME.fullmatch(state["file"]).group(1))
+                match = _NAME.fullmatch(str(state.get("file", "")))
+                if match is None or not str(state.get("offset", "")).isdigit():
+                    raise SinkError(f"checkpoint's sink state {state!r} is not a JSON-lines sink's "
+                                    "(was the sink kind changed? move the checkpoint away to start over)")
+                self._index = int(match.group(1))
                 offset = int(state["offset"])
                 path = self._path(self._index)
                 size = path.stat().st_size if path.exists() else 0
