@@ -60,6 +60,8 @@ def _renumbered_tree(version: str, n_types: int) -> bool:
 # Post-header lengths of binlog v1/v3 (3.23, 4.0) by type 1..14; ROTATE's (8) is 0 in v1.
 _V1_V3_POST_HEADER = bytes([56, 11, 0, 8, 0, 18, 0, 4, 4, 4, 4, 18, 0, 0])
 
+_NOT_IN_PAYLOAD = frozenset({ET.TRANSACTION_PAYLOAD, ET.FORMAT_DESCRIPTION, ET.START_V3})
+
 SchemaSource = Callable[[str, str], "TableSchema | None"]
 
 
@@ -182,10 +184,8 @@ class Decoder:
             if fn is None:
                 return E.UnknownEvent(header, bytes(body))
             return fn(header, body, self)
-        except EventDecodeError as exc:
-            if exc.offset is None:
-                raise EventDecodeError(f"{header.type_name}: {exc.args[0]}", pos, tc) from exc
-            raise
+        except ProtocolError as exc:  # body decoders (and GTID sets) know body offsets only
+            raise EventDecodeError(f"{header.type_name}: {exc.args[0]}", pos, tc) from exc
         except (struct.error, IndexError, ValueError, KeyError, OverflowError) as exc:
             raise EventDecodeError(f"{header.type_name}: malformed body ({exc})", pos, tc) from exc
 
@@ -297,7 +297,10 @@ class Decoder:
         try:
             out, off, view = [], 0, memoryview(raw)
             while off < len(view):
-                length = self.decode_header(view[off:], pos).event_length
+                inner = self.decode_header(view[off:], pos)
+                if inner.type_code in _NOT_IN_PAYLOAD:
+                    raise EventDecodeError(f"{inner.type_name} cannot be inside a TRANSACTION_PAYLOAD")
+                length = inner.event_length
                 if off + length > len(view):
                     raise EventDecodeError(f"event inside TRANSACTION_PAYLOAD runs past its end (inner offset {off})")
                 out.append(self.decode(view[off:off + length], pos))

@@ -100,6 +100,7 @@ class EventReader:
         self.decoder = decoder or Decoder()
         self.offset = offset
         self._buf = bytearray()
+        self._start = 0  # bytes of _buf already returned as events
         self._need_magic = expect_magic
 
     def feed(self, data: bytes) -> None:
@@ -109,7 +110,7 @@ class EventReader:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete event."""
-        return len(self._buf)
+        return len(self._buf) - self._start
 
     def next_event(self) -> Event | None:
         """The next complete event, or None when more bytes are needed."""
@@ -122,11 +123,15 @@ class EventReader:
             del self._buf[:4]
             self.offset += 4
             self._need_magic = False
-        length = event_bounds(self._buf, 0, self.decoder.header_len, self.offset)
+        start = self._start
+        length = event_bounds(self._buf, start, self.decoder.header_len, self.offset - start)
         if length is None:
+            if start and start * 2 >= len(self._buf):  # compact when the consumed part dominates
+                del self._buf[:start]
+                self._start = 0
             return None
-        raw = bytes(self._buf[:length])
-        del self._buf[:length]
+        raw = bytes(self._buf[start:start + length])
+        self._start = start + length
         pos, self.offset = self.offset, self.offset + length
         return self.decoder.decode(raw, pos)
 
@@ -138,6 +143,6 @@ class EventReader:
         """
         if self._need_magic and self._buf:
             raise TruncatedError(f"input ends inside the binlog magic ({len(self._buf)} bytes)", self.offset)
-        if self._buf:
+        if self.buffered:
             raise TruncatedError(f"input ends inside the event at offset {self.offset} "
-                                 f"({len(self._buf)} bytes of it present)", self.offset)
+                                 f"({self.buffered} bytes of it present)", self.offset)

@@ -151,7 +151,9 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
         return lines
     if t == T.NULL:
         return [f"r[{key}] = None"]
-    return [f"raise _err('column {col.label!r} has type {int(t)}, which cannot appear in a row image')"]
+    # Never put data from the binlog (names, types) into generated source: only via constants.
+    message = src.const(f"_msg{i}", f"column {col.label!r} has type {int(t)}, which cannot appear in a row image")
+    return [f"raise _err({message})"]
 
 
 def compile_image(columns: tuple[Column, ...], present: list[int], null_offset: int = 0) -> ImageDecoder:

@@ -83,15 +83,21 @@ def _decode_rows(codec: TableCodec, kind: str, data: bytes, present_before: int,
     try:
         if kind != "update":
             while pos < end:
-                row, pos = first(data, pos, _NO_PARTIAL)
+                row, new_pos = first(data, pos, _NO_PARTIAL)
+                if new_pos == pos:
+                    raise EventDecodeError("row image is empty (no column present): the event cannot hold rows")
                 out.append(row)
+                pos = new_pos
         else:
             while pos < end:
+                start = pos
                 before, pos = first(data, pos, _NO_PARTIAL)
                 partial_cols = _NO_PARTIAL
                 if partial:
                     partial_cols, pos = _partial_columns(codec, data, pos)
                 after, pos = second(data, pos, partial_cols)
+                if pos == start:
+                    raise EventDecodeError("row images are empty (no column present): the event cannot hold rows")
                 out.append((before, after))
     except EventDecodeError as exc:
         raise EventDecodeError(f"row {len(out) + 1} of {kind}: {exc.args[0]}", h.pos, h.type_code) from exc

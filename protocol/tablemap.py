@@ -14,6 +14,7 @@ from .constants import ColumnType as T
 from .errors import EventDecodeError
 from .primitives import need, packed_bytes, packed_len, take, text
 
+MAX_COLUMNS = 4096  # MySQL's limit on columns per table
 NUMERIC_TYPES = frozenset({T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.FLOAT, T.DOUBLE, T.NEWDECIMAL, T.DECIMAL})
 BLOB_TYPES = frozenset({T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB})
 CHARACTER_TYPES = frozenset({T.STRING, T.VAR_STRING, T.VARCHAR}) | BLOB_TYPES
@@ -112,6 +113,8 @@ def decode_table_map(body: memoryview, table_id_size: int) -> tuple[int, int, st
     schema_raw, pos = _counted_cstring(body, pos)
     table_raw, pos = _counted_cstring(body, pos)
     ncols, pos = packed_len(body, pos)
+    if ncols > MAX_COLUMNS:
+        raise EventDecodeError(f"TABLE_MAP declares {ncols} columns; MySQL allows at most {MAX_COLUMNS}")
     types, pos = take(body, pos, ncols, "column types")
     if pos < len(body):
         meta_block, pos = packed_bytes(body, pos)
