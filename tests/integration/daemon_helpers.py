@@ -1,0 +1,509 @@
+"""Helpers for the daemon's end-to-end tests (``test_daemon_*.py``).
+
+- :class:`DaemonProcess` / :func:`running_daemon`: ``binlogd run`` as a subprocess with ``--set``
+  overrides, its stderr collected line by line by a thread; wait for a log line, stop it with
+  SIGTERM (expecting exit 0) or SIGKILL.
+- :func:`read_changes`: every change event of a JSON-lines sink directory, in file order.
+- :func:`replay`: apply insert/update/delete by primary key, checking each change against the
+  state it applies to (an insert of a present key, or an update/delete whose ``before`` differs
+  from the current row, is a duplicate or a lost change and raises :class:`ReplayError`).
+- :func:`table_rows`: the server's ``SELECT`` of a table in DESIGN.md's JSON forms ("Values"),
+  keyed like :func:`replay`'s output.
+- :func:`wait_caught_up`: until the checkpoint covers the primary's ``SHOW MASTER STATUS``.
+
+Every wait has a deadline; none sleeps without one.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_SCRIPT = Path(sys.executable).parent / "binlogd"
+BINLOGD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "binlogd.cli"]
+
+STREAMING = re.compile(r"streaming from ")
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+# --------------------------------------------------------------------------- the daemon process
+
+
+def base_overrides(server, workdir: Path, **extra) -> dict[str, str]:
+    """``--set`` values for a daemon tailing ``server`` with its checkpoint and sink in ``workdir``.
+
+    ``extra`` keys use ``__`` for the dot (``sink__kind="archive"``) or are passed as dotted keys.
+    """
+    out = {
+        "source.host": server.host,
+        "source.port": str(server.port),
+        "source.user": server.repl_user,
+        "source.password": server.repl_password,
+        "source.heartbeat_seconds": "1",
+        "source.connect_timeout": "5",
+        "checkpoint.path": str(workdir / "checkpoint.json"),
+        "sink.path": str(workdir / "sink"),
+        "metrics.listen": "127.0.0.1:0",
+        "reconnect.initial_seconds": "0.2",
+        "reconnect.max_seconds": "1",
+    }
+    for key, value in extra.items():
+        out[key.replace("__", ".")] = str(value)
+    return out
+
+
+class DaemonProcess:
+    """One ``binlogd run`` subprocess; stderr lines are kept in :attr:`lines`."""
+
+    def __init__(self, overrides: dict[str, str], env: dict | None = None):
+        args = [*BINLOGD, "run"]
+        for key, value in overrides.items():
+            args += ["--set", f"{key}={value}"]
+        self.args = args
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._eof = False
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("BINLOGD_")}
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     cwd=REPO, env=full_env)
+        self._thread = threading.Thread(target=self._pump, daemon=True, name="binlogd-stderr")
+        self._thread.start()
+
+    def _pump(self) -> None:
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    @property
+    def stderr(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_for_line(self, pattern: str | re.Pattern, timeout: float = 30.0, start: int = 0) -> str:
+        """The first stderr line (from index ``start``) matching ``pattern``; AssertionError on timeout
+        or when the process exits first."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        i = start
+        with self._cond:
+            while True:
+                while i < len(self.lines):
+                    if rx.search(self.lines[i]):
+                        return self.lines[i]
+                    i += 1
+                if self._eof:
+                    raise AssertionError(f"binlogd exited (rc={self.proc.wait()}) before a line matching "
+                                         f"{rx.pattern!r}; stderr:\n" + "\n".join(self.lines))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no stderr line matching {rx.pattern!r} within {timeout}s; stderr:\n"
+                                         + "\n".join(self.lines))
+                self._cond.wait(min(left, 0.5))
+
+    def count(self, pattern: str) -> int:
+        rx = re.compile(pattern)
+        with self._cond:
+            return sum(1 for line in self.lines if rx.search(line))
+
+    def wait_streaming(self, timeout: float = 30.0, nth: int = 1) -> str:
+        """Wait for the ``nth`` "streaming from" line."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.count(STREAMING.pattern) >= nth:
+                return [ln for ln in self.lines if STREAMING.search(ln)][nth - 1]
+            if self.proc.poll() is not None:
+                self._thread.join(5)
+                raise AssertionError(f"binlogd exited (rc={self.proc.returncode}) before streaming; stderr:\n"
+                                     + self.stderr)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"binlogd not streaming (#{nth}) within {timeout}s; stderr:\n" + self.stderr)
+            time.sleep(0.05)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """The exit code; AssertionError (after SIGKILL) when it does not exit in time."""
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"binlogd did not exit within {timeout}s; stderr:\n" + self.stderr) from None
+        self._thread.join(5)
+        return rc
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash) and reap."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+        self._thread.join(5)
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+
+@contextlib.contextmanager
+def running_daemon(overrides: dict[str, str], *, wait_streaming: bool = True, stop: str = "term",
+                   env: dict | None = None) -> Iterator[DaemonProcess]:
+    """Run ``binlogd run`` with ``overrides``; on exit stop it (``stop``: "term" asserts exit 0,
+    "kill" SIGKILLs, "none" leaves the caller in charge but still kills a survivor)."""
+    d = DaemonProcess(overrides, env)
+    try:
+        if wait_streaming:
+            d.wait_streaming()
+        yield d
+        if stop == "term" and d.running:
+            rc = d.terminate()
+            assert rc == 0, f"binlogd exited {rc} on SIGTERM; stderr:\n{d.stderr}"
+        elif stop == "kill":
+            d.kill()
+        secret = overrides.get("source.password")
+        if secret and d.proc.poll() is not None:
+            assert secret not in d.stderr, f"the password appears on binlogd's stderr:\n{d.stderr}"
+    finally:
+        if d.running:
+            d.kill()
+
+
+def run_to_exit(overrides: dict[str, str], timeout: float = 60.0, env: dict | None = None) -> tuple[int, str]:
+    """Run ``binlogd run`` until it exits by itself: (exit code, stderr)."""
+    d = DaemonProcess(overrides, env)
+    try:
+        rc = d.wait(timeout)
+    finally:
+        if d.running:
+            d.kill()
+    return rc, d.stderr
+
+
+# --------------------------------------------------------------------------- checkpoint and position
+
+
+def read_checkpoint(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def master_status(server) -> tuple[str, int]:
+    row = server.sql("SHOW MASTER STATUS")[0]
+    return str(row[0]), int(row[1])
+
+
+def _file_key(name: str) -> int:
+    m = re.search(r"\.(\d+)$", name)
+    return int(m.group(1)) if m else -1
+
+
+def wait_caught_up(server, checkpoint: Path, timeout: float = 30.0, daemon: DaemonProcess | None = None,
+                   fail_on: str | None = r" ERROR ") -> dict:
+    """Wait until the checkpoint's file/pos is at or past the primary's current ``SHOW MASTER STATUS``.
+
+    With ``daemon``, fail at once when it exits or logs a line matching ``fail_on`` (an ERROR line).
+    """
+    file, pos = master_status(server)
+    target = (_file_key(file), pos)
+    deadline = time.monotonic() + timeout
+    cp = None
+    while True:
+        cp = read_checkpoint(checkpoint)
+        if cp is not None:
+            p = cp["position"]
+            if (_file_key(p["file"]), int(p["pos"])) >= target:
+                return cp
+        if daemon is not None and not daemon.running:
+            raise AssertionError(f"binlogd exited (rc={daemon.proc.returncode}) before catching up with "
+                                 f"{file}:{pos}; stderr:\n{daemon.stderr}")
+        if daemon is not None and fail_on and daemon.count(fail_on):
+            raise AssertionError(f"binlogd logged an error before catching up with {file}:{pos} (checkpoint "
+                                 f"{cp and cp['position']}); stderr:\n{daemon.stderr}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"checkpoint {cp and cp['position']} did not reach {file}:{pos} within "
+                                 f"{timeout}s" + (f"; stderr:\n{daemon.stderr}" if daemon else ""))
+        time.sleep(0.05)
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value (returned); AssertionError on timeout."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 (polled: keep the last one for the message)
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout}s" + (f" (last error: {last_exc!r})"
+                                                                        if last_exc else ""))
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- the sink
+
+
+_SINK_NAME = re.compile(r"changes-(\d{6})\.jsonl")
+
+
+def read_changes(sink_dir: Path, strict: bool = True) -> list[dict]:
+    """Every change event of the JSON-lines sink in ``sink_dir``, in order (file index, then line).
+
+    ``strict``: every line must be complete JSON (true after a clean stop); otherwise an incomplete
+    last line of the last file (an uncommitted tail after SIGKILL) is ignored.
+    """
+    sink_dir = Path(sink_dir)
+    if not sink_dir.exists():
+        return []
+    files = sorted((int(m.group(1)), p) for p in sink_dir.iterdir() if (m := _SINK_NAME.fullmatch(p.name)))
+    out: list[dict] = []
+    for n, (_, path) in enumerate(files):
+        data = path.read_bytes()
+        lines = data.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        if tail:
+            if strict or n != len(files) - 1:
+                raise AssertionError(f"{path.name} ends with an incomplete line: {tail[:200]!r}")
+        for i, line in enumerate(lines):
+            try:
+                out.append(json.loads(line))
+            except ValueError as exc:
+                raise AssertionError(f"{path.name} line {i + 1} is not JSON ({exc}): {line[:200]!r}") from None
+    return out
+
+
+CHANGE_KEYS = {"op", "schema", "table", "before", "after", "ts", "source"}
+SOURCE_KEYS = {"server_id", "file", "pos", "gtid", "row"}
+
+
+def check_change_shape(change: dict) -> None:
+    """DESIGN.md's change-event shape; AssertionError naming what is wrong."""
+    assert set(change) == CHANGE_KEYS, f"change keys {sorted(change)} != {sorted(CHANGE_KEYS)}: {change}"
+    assert change["op"] in ("insert", "update", "delete"), change
+    assert isinstance(change["schema"], str) and isinstance(change["table"], str), change
+    src = change["source"]
+    assert isinstance(src, dict) and set(src) == SOURCE_KEYS, f"source keys {sorted(src)}: {change}"
+    assert isinstance(src["server_id"], int) and isinstance(src["file"], str) and src["file"], change
+    assert isinstance(src["pos"], int) and src["pos"] >= 4 and isinstance(src["row"], int) and src["row"] >= 0, change
+    assert isinstance(change["ts"], int) and change["ts"] > 1_000_000_000, change
+    op = change["op"]
+    if op == "insert":
+        assert change["before"] is None and isinstance(change["after"], dict), change
+    elif op == "update":
+        assert isinstance(change["before"], dict) and isinstance(change["after"], dict), change
+    else:
+        assert isinstance(change["before"], dict) and change["after"] is None, change
+
+
+class ReplayError(AssertionError):
+    """A change that does not apply to the replayed state (a duplicate or a lost change)."""
+
+
+def _key(row: dict, pk: tuple[str, ...]):
+    return row[pk[0]] if len(pk) == 1 else tuple(row[c] for c in pk)
+
+
+def replay(changes: Iterable[dict], pk: str | tuple[str, ...] | dict = "id", schemas: Iterable[str] | None = None,
+           strict: bool = True) -> dict[tuple[str, str], dict]:
+    """Apply the changes by primary key: ``{(schema, table): {pk: row}}``.
+
+    ``pk`` is a column name, a tuple of names, or ``{(schema, table): names}`` (default "id").
+    ``schemas`` keeps only those schemas. With ``strict``, an insert of a key already present, or an
+    update/delete whose ``before`` is not the current row, raises :class:`ReplayError`.
+    """
+    keep = set(schemas) if schemas is not None else None
+    state: dict[tuple[str, str], dict] = {}
+    for n, c in enumerate(changes):
+        st = (c["schema"], c["table"])
+        if keep is not None and st[0] not in keep:
+            continue
+        cols = pk.get(st, ("id",)) if isinstance(pk, dict) else pk
+        cols = (cols,) if isinstance(cols, str) else tuple(cols)
+        rows = state.setdefault(st, {})
+        where = f"change #{n} ({c['op']} {st[0]}.{st[1]} at {c['source']})"
+        if c["op"] == "insert":
+            k = _key(c["after"], cols)
+            if strict and k in rows:
+                raise ReplayError(f"{where}: key {k!r} inserted twice (a duplicated transaction?)")
+            rows[k] = c["after"]
+        elif c["op"] == "update":
+            k0, k1 = _key(c["before"], cols), _key(c["after"], cols)
+            if strict and rows.get(k0) != c["before"]:
+                raise ReplayError(f"{where}: before image {c['before']} is not the current row {rows.get(k0)}")
+            rows.pop(k0, None)
+            if strict and k1 in rows:
+                raise ReplayError(f"{where}: update moves key {k0!r} onto existing key {k1!r}")
+            rows[k1] = c["after"]
+        else:
+            k = _key(c["before"], cols)
+            if strict and rows.get(k) != c["before"]:
+                raise ReplayError(f"{where}: deleted row {c['before']} is not the current row {rows.get(k)}")
+            rows.pop(k, None)
+    return state
+
+
+# --------------------------------------------------------------------------- the server's side
+
+
+def _fraction(micro: int, fsp: int) -> str:
+    return f".{micro:06d}"[: fsp + 1] if fsp else ""
+
+
+def _time_text(value: dt.timedelta, fsp: int) -> str:
+    total = value.days * 86400 * 1_000_000 + value.seconds * 1_000_000 + value.microseconds
+    sign = "-" if total < 0 else ""
+    total = abs(total)
+    secs, micro = divmod(total, 1_000_000)
+    h, rem = divmod(secs, 3600)
+    m, s = divmod(rem, 60)
+    return f"{sign}{h:02d}:{m:02d}:{s:02d}{_fraction(micro, fsp)}"
+
+
+def json_form(data_type: str, column_type: str, precision: int | None, value):
+    """A PyMySQL value (session time_zone '+00:00') in DESIGN.md's JSON form, by information_schema type."""
+    if value is None:
+        return None
+    t = data_type.lower()
+    fsp = int(precision or 0)
+    if t in ("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"):
+        return int(value)
+    if t == "decimal":
+        assert isinstance(value, Decimal)
+        return format(value, "f")
+    if t == "double":
+        return float(value)
+    if t == "float":
+        import struct
+
+        f32 = struct.unpack("<f", struct.pack("<f", float(value)))[0]
+        for digits in range(1, 18):
+            cand = float(f"{f32:.{digits}g}")
+            if struct.unpack("<f", struct.pack("<f", cand))[0] == f32:
+                return cand
+        return f32
+    if t == "bit":
+        return int.from_bytes(value, "big")
+    if t == "date":
+        return value if isinstance(value, str) else f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    if t == "time":
+        return _time_text(value, fsp)
+    if t in ("datetime", "timestamp"):
+        if isinstance(value, str):
+            return value
+        return (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
+                f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}{_fraction(value.microsecond, fsp)}")
+    if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json"):
+        return value if isinstance(value, str) else value.decode("utf-8")
+    if t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point"):
+        return base64.b64encode(value).decode("ascii")
+    if t == "enum":
+        return value
+    if t == "set":
+        if isinstance(value, set):  # PyMySQL may return a set; keep the column's member order
+            members = re.findall(r"'((?:[^']|'')*)'", column_type)
+            return [m for m in members if m in value]
+        return value.split(",") if value else []
+    raise AssertionError(f"no JSON form for {data_type} ({column_type})")
+
+
+def table_rows(server, schema: str, table: str, pk: str | tuple[str, ...] = "id") -> dict:
+    """``SELECT *`` of ``schema.table`` in the JSON forms, ``{pk: row}`` like :func:`replay`."""
+    cols = (pk,) if isinstance(pk, str) else tuple(pk)
+    conn = server.connect(init_command="SET time_zone = '+00:00'")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, DATETIME_PRECISION "
+                        "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+                        "ORDER BY ORDINAL_POSITION", (schema, table))
+            meta = list(cur.fetchall())
+            assert meta, f"no table {schema}.{table}"
+            cur.execute(f"SELECT * FROM `{schema}`.`{table}`")
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    out = {}
+    for row in rows:
+        d = {name: json_form(t, ct, p, v) for (name, t, ct, p), v in zip(meta, row)}
+        out[_key(d, cols)] = d
+    return out
+
+
+def assert_sink_matches(server, schema: str, tables: Iterable[str], state: dict, pk="id") -> None:
+    """Each table's replayed rows equal its SELECT (with a short diff on failure)."""
+    for table in tables:
+        want = table_rows(server, schema, table, pk)
+        got = state.get((schema, table), {})
+        if got != want:
+            missing = sorted(set(want) - set(got), key=repr)[:10]
+            extra = sorted(set(got) - set(want), key=repr)[:10]
+            differ = [k for k in want if k in got and got[k] != want[k]][:3]
+            detail = "; ".join(f"{k!r}: sink {got[k]} != server {want[k]}" for k in differ)
+            raise AssertionError(f"{schema}.{table}: sink replay ({len(got)} rows) != server ({len(want)} rows); "
+                                 f"missing from sink {missing}, extra in sink {extra}; {detail}")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def scrape(port: int, path: str = "/metrics", timeout: float = 5.0) -> tuple[int, str]:
+    """(HTTP status, body) of ``http://127.0.0.1:port/path``."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
+    """Prometheus text → ``{(name, frozenset(labels.items())): value}``."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            labels = frozenset(_LABEL.findall(m.group(2) or ""))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metric(samples: dict, name: str, **labels) -> float | None:
+    """The value of ``name`` whose labels include ``labels`` (summed over the others), None if absent."""
+    want = set(labels.items())
+    found = [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
+    return sum(found) if found else None
