@@ -60,6 +60,7 @@ class Daemon:
         self._skip_before: float | None = None
         self._schema: SchemaCache | None = None
         self._checkpoint: Checkpoint | None = None
+        self.metrics_server: MetricsServer | None = None  # set by run(); .port is the bound port
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> int:
@@ -72,14 +73,17 @@ class Daemon:
         except (CheckpointError, SinkError) as exc:
             self.log.error("%s", exc)
             return EXIT_CHECKPOINT
-        server = MetricsServer(self.metrics, self.cfg.metrics.listen,
-                               ready_max_checkpoint_age=max(60.0, 4 * self.cfg.source.heartbeat_seconds))
+        server = self.metrics_server = MetricsServer(
+            self.metrics, self.cfg.metrics.listen,
+            ready_max_checkpoint_age=max(60.0, 4 * self.cfg.source.heartbeat_seconds))
         try:
             server.start()
         except OSError as exc:
             self.log.error("metrics.listen: %s", exc)
             self.store.release()
             return EXIT_CONFIG
+        if self.cfg.metrics.listen:
+            self.log.info("metrics on http://%s:%d/metrics", self.cfg.metrics.listen.rsplit(":", 1)[0], server.port)
         self._install_signals()
         try:
             return await self._loop()
@@ -134,6 +138,9 @@ class Daemon:
                 self.log.warning("protocol error from the primary (%s); reconnecting in %.1fs", exc, delay)
             except (SinkError, CheckpointError) as exc:
                 self.metrics.error("sink")
+                if getattr(exc, "fatal", False):
+                    self.log.error("%s", exc)
+                    return EXIT_CHECKPOINT
                 self.log.error("%s; checkpoint stays at %s, retrying in %.1fs", exc, self._where(), delay)
             self.metrics.set_up(False)
             if self.sessions > sessions_before:  # it did stream: start the backoff over

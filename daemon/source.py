@@ -183,6 +183,8 @@ class SourceConnection:
         if is_err(reply):
             raise self._server_error(parse_err(reply), "COM_REGISTER_SLAVE")
         flags = 1 if non_blocking else 0  # BINLOG_DUMP_NON_BLOCK: EOF at the end instead of waiting
+        if info.flavor == "mariadb":
+            flags |= 2  # BINLOG_SEND_ANNOTATE_ROWS_EVENT: else MariaDB leaves them out (the archive needs all)
         if use_gtid and info.flavor == "mysql":
             cmd = com_binlog_dump_gtid(server_id, "", 4, MysqlGtidSet.parse(position.gtid_set), flags)
         elif use_gtid:

@@ -179,7 +179,8 @@ class PacketReader:
 
     def _need_data(self) -> None:
         if self._eof and (self._pos < len(self._buf) or self._parts):
-            raise TruncatedError("stream ended inside a packet", self._start if self._parts else self._consumed + self._pos)
+            offset = self._start if self._parts else self._consumed + self._pos
+            raise TruncatedError("stream ended inside a packet", offset)
         return None
 
     def _compact(self) -> None:

@@ -16,9 +16,9 @@ from .errors import ProtocolError, TruncatedError
 from .events import Event
 from .primitives import U32
 
-_LENGTH_AT = 9
+_LENGTH_AT = 9  # event_length sits at the same offset in v1 and v4 headers
 # Events before ``start`` that set decoder state (format, table maps) are still decoded.
-_STATE_EVENTS = frozenset({EventType.FORMAT_DESCRIPTION, EventType.START_V3, EventType.TABLE_MAP})  # event_length sits at the same offset in v1 and v4 headers
+_STATE_EVENTS = frozenset({EventType.FORMAT_DESCRIPTION, EventType.START_V3, EventType.TABLE_MAP})
 
 
 def check_magic(view, offset: int = 0) -> None:

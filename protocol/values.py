@@ -83,13 +83,13 @@ def decimal_decoder(precision: int, scale: int):
             sign = "-"
         whole, frac = x >> frac_bits, x & frac_mask
         if not simple:
-            digits, shift = 0, 8 * 4 * int_groups
-            int_part = whole >> shift if lead_bytes else 0
+            int_part = whole >> (32 * int_groups) if lead_bytes else 0
             for k in range(int_groups - 1, -1, -1):
                 int_part = int_part * 1_000_000_000 + (whole >> (32 * k) & 0xFFFFFFFF)
             whole = int_part
             if frac_groups:
-                parts = [f"{frac >> (8 * tail_bytes + 32 * k) & 0xFFFFFFFF:09d}" for k in range(frac_groups - 1, -1, -1)]
+                parts = [f"{frac >> (8 * tail_bytes + 32 * k) & 0xFFFFFFFF:09d}"
+                         for k in range(frac_groups - 1, -1, -1)]
                 if tail_digits:
                     parts.append(f"{frac & ((1 << 8 * tail_bytes) - 1):0{tail_digits}d}")
                 return f"{sign}{whole}.{''.join(parts)}"

@@ -86,7 +86,7 @@ class ArchiveSink(Sink):
                 raise SinkError("archive received an event before knowing its file (no ROTATE first)")
             if h.next_position != self._size + len(raw):
                 raise SinkError(f"archive out of step in {self._name}: event ends at {h.next_position}, "
-                                f"file would end at {self._size + len(raw)}")
+                                f"file would end at {self._size + len(raw)}", fatal=True)
             self._fh.write(raw)
             self._size += len(raw)
             if isinstance(event, RotateEvent):

@@ -7,7 +7,15 @@ from protocol.events import Event
 
 
 class SinkError(BinlogError):
-    """The sink cannot take or keep data (disk full, permission, …)."""
+    """The sink cannot take or keep data (disk full, permission, …).
+
+    Fields:
+        fatal: retrying cannot help (the sink's files disagree with the stream); the daemon stops.
+    """
+
+    def __init__(self, message: str, fatal: bool = False):
+        super().__init__(message)
+        self.fatal = fatal
 
 
 class Sink:
