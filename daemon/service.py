@@ -53,6 +53,7 @@ class Daemon:
         self.stopping = asyncio.Event()
         self.sessions = 0
         self._sink_state: dict | None = None
+        self._durable: Position | None = None  # the position of the last checkpoint saved: resume from here
         self._source_facts: dict = {}
         self._uncommitted = 0          # transactions written but not yet committed
         self._dirty = False            # anything written since the last commit
@@ -170,11 +171,12 @@ class Daemon:
             info = await conn.open()
             if self.tracker is None:
                 await self._first_start(conn, info)
+                await self._commit()  # a durable sink state and checkpoint from the very start
             else:
-                # Discard whatever the last session wrote after its last commit.
+                # Back to the last durable commit: discard what the last session wrote after it.
                 self.sink.close()
                 self.sink.open(self._sink_state)
-            position = self.tracker.committed
+            position = self._durable
             self.tracker = PositionTracker(position)
             await conn.start_dump(cfg.source.server_id, position, self.resume_gtid, cfg.source.heartbeat_seconds)
             self.sessions += 1
@@ -259,9 +261,10 @@ class Daemon:
         timeout = 2 * self.cfg.source.heartbeat_seconds
         try:
             while True:
-                raw = await asyncio.wait_for(conn.read_event(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel on 3.11
+                    raw = await conn.read_event()
                 await queue.put(raw)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await queue.put(SourceError("timeout", f"no packet from the primary for {timeout:g}s (2 × heartbeat)"))
         except asyncio.CancelledError:
             raise
@@ -281,8 +284,9 @@ class Daemon:
                                      self.cfg.daemon.shutdown_seconds)
                     break
             try:
-                item = await asyncio.wait_for(queue.get(), 0.25)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(0.25):
+                    item = await queue.get()
+            except TimeoutError:
                 if self._dirty and not self.tracker.in_transaction:
                     await self._commit()
                 continue
@@ -353,6 +357,6 @@ class Daemon:
         self.metrics.sink_commit()
         checkpoint = Checkpoint(self.tracker.committed, state, self._source_facts)
         await asyncio.to_thread(self.store.save, checkpoint)
-        self._sink_state = state
+        self._sink_state, self._durable = state, checkpoint.position
         self._uncommitted, self._dirty, self._last_commit = 0, False, time.monotonic()
         self.metrics.checkpoint_saved()
