@@ -12,6 +12,8 @@ default) and off.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from binlogd.localserver import LocalServer
@@ -36,8 +38,21 @@ def _write(srv, start: int, n: int) -> None:
         conn.close()
 
 
+def _wait_sizes(srv, archive_dir, timeout: float = 20.0) -> None:
+    """MariaDB appends BINLOG_CHECKPOINT events after a commit, asynchronously: wait (bounded) until
+    every archived file has caught up with the server's file size before comparing bytes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = srv.binlog_files()
+        if all((archive_dir / p.name).exists() and (archive_dir / p.name).stat().st_size == p.stat().st_size
+               for p in files):
+            return
+        time.sleep(0.05)
+
+
 def _compare(srv, archive_dir) -> dict:
     """Assert the archive against the server's files; returns {name: "identical"|"in-use byte"}."""
+    _wait_sizes(srv, archive_dir)
     files = srv.binlog_files()
     active = files[-1]
     out = {}
