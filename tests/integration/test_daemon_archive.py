@@ -38,7 +38,7 @@ def _write(srv, start: int, n: int) -> None:
         conn.close()
 
 
-def _wait_sizes(srv, archive_dir, timeout: float = 20.0) -> None:
+def _wait_sizes(srv, archive_dir, timeout: float = 3.0) -> None:
     """MariaDB appends BINLOG_CHECKPOINT events after a commit, asynchronously: wait (bounded) until
     every archived file has caught up with the server's file size before comparing bytes."""
     deadline = time.monotonic() + timeout
@@ -60,6 +60,16 @@ def _compare(srv, archive_dir) -> dict:
         mine = archive_dir / path.name
         assert mine.exists(), f"{path.name} is not in the archive ({sorted(p.name for p in archive_dir.iterdir())})"
         theirs, ours = path.read_bytes(), mine.read_bytes()
+        if path == active and len(ours) < len(theirs):
+            # MariaDB's dump thread sends a BINLOG_CHECKPOINT written after the last commit only
+            # with the next event: the server may be ahead by such events, and by nothing else.
+            tail_types, pos = [], len(ours)
+            while pos + 19 <= len(theirs):
+                tail_types.append(theirs[pos + 4])
+                pos += int.from_bytes(theirs[pos + 9:pos + 13], "little")
+            assert pos == len(theirs) and set(tail_types) == {161}, \
+                f"{path.name}: the server has {len(theirs) - len(ours)} more bytes, events {tail_types}"
+            theirs = theirs[:len(ours)]
         assert len(ours) == len(theirs), f"{path.name}: archive {len(ours)} bytes, server {len(theirs)}"
         diff = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b]
         if path != active:
