@@ -15,6 +15,8 @@ from . import events as E
 from .charsets import codec_for_collation
 from .constants import EventType as ET
 from .errors import EventDecodeError
+from .gtid import MysqlGtidSet, decode_varlen
+from .gtid import decode_mariadb_gtid_list as gtid_list_entries
 from .primitives import I64, U16, U32, U64, need, packed_len, take, text, uuid_text
 from .values import decimal_text
 
@@ -322,14 +324,8 @@ def decode_mariadb_gtid(h, body, ctx):
 
 
 def decode_mariadb_gtid_list(h, body, ctx):
-    need(body, 0, 4, "GTID_LIST count")
-    word = U32.unpack_from(body, 0)[0]
-    count, flags = word & 0x0FFFFFFF, word >> 28
-    need(body, 4, count * 16, "GTID_LIST entries")
-    gtids = tuple(
-        f"{U32.unpack_from(body, p)[0]}-{U32.unpack_from(body, p + 4)[0]}-{U64.unpack_from(body, p + 8)[0]}"
-        for p in range(4, 4 + count * 16, 16))
-    return E.MariadbGtidListEvent(h, gtids, flags)
+    entries, flags = gtid_list_entries(body)
+    return E.MariadbGtidListEvent(h, tuple(str(g) for g in entries), flags)
 
 
 def decode_binlog_checkpoint(h, body, ctx):
@@ -370,19 +366,6 @@ def decode_gtid(h, body, ctx):
     return E.GtidEvent(h, sid, gno, None, bool(flags & 1), **fields)
 
 
-def _varlen(view: memoryview, pos: int) -> tuple[int, int]:
-    """MySQL serialization library unsigned varlen: trailing 1-bits of byte 0 give the extra bytes."""
-    need(view, pos, 1, "varlen integer")
-    first = view[pos]
-    extra = 0
-    while extra < 8 and first >> extra & 1:
-        extra += 1
-    need(view, pos, extra + 1, "varlen integer")
-    if extra == 8:
-        return int.from_bytes(view[pos + 1:pos + 9], "little"), pos + 9
-    return int.from_bytes(view[pos:pos + extra + 1], "little") >> (extra + 1), pos + extra + 1
-
-
 def _zigzag(value: int) -> int:
     return -(value >> 1) - 1 if value & 1 else value >> 1
 
@@ -390,33 +373,33 @@ def _zigzag(value: int) -> int:
 def decode_gtid_tagged(h, body, ctx):
     """GTID_TAGGED (MySQL 8.4+): serialization-library message of (field id, value) pairs."""
     need(body, 0, 1, "GTID_TAGGED version")
-    _size, pos = _varlen(body, 1)
-    _last_required, pos = _varlen(body, pos)
+    _size, pos = decode_varlen(body, 1)
+    _last_required, pos = decode_varlen(body, pos)
     f: dict = {}
     sid = "00000000-0000-0000-0000-000000000000"
     gno, tag, flags = 0, None, 0
     while pos < len(body):
-        fid, pos = _varlen(body, pos)
+        fid, pos = decode_varlen(body, pos)
         if fid == 0:
-            flags, pos = _varlen(body, pos)
+            flags, pos = decode_varlen(body, pos)
         elif fid == 1:
             raw = bytearray()
             for _ in range(16):
-                byte, pos = _varlen(body, pos)
+                byte, pos = decode_varlen(body, pos)
                 raw.append(byte & 0xFF)
             sid = uuid_text(raw)
         elif fid == 2:
-            gno, pos = _varlen(body, pos)
+            gno, pos = decode_varlen(body, pos)
             gno = _zigzag(gno)
         elif fid == 3:
-            n, pos = _varlen(body, pos)
+            n, pos = decode_varlen(body, pos)
             raw, pos = take(body, pos, n, "GTID tag")
             tag = text(raw) or None
         elif fid in (4, 5):
-            value, pos = _varlen(body, pos)
+            value, pos = decode_varlen(body, pos)
             f["last_committed" if fid == 4 else "sequence_number"] = _zigzag(value)
         elif fid in (6, 7, 8, 9, 10, 11):
-            value, pos = _varlen(body, pos)
+            value, pos = decode_varlen(body, pos)
             key = {6: "immediate_commit_ts", 7: "original_commit_ts", 8: "transaction_length"}.get(fid)
             if key:
                 f[key] = value
@@ -428,6 +411,4 @@ def decode_gtid_tagged(h, body, ctx):
 
 
 def decode_previous_gtids(h, body, ctx):
-    from .gtid import MysqlGtidSet
-
     return E.PreviousGtidsEvent(h, str(MysqlGtidSet.decode(body)))

@@ -39,6 +39,7 @@ __all__ = [
     "MariadbGtidList",
     "MysqlGtidSet",
     "decode_mariadb_gtid_list",
+    "decode_varlen",
 ]
 
 #: Largest GNO MySQL hands out (its exclusive interval end is 2**63 - 1).
@@ -373,7 +374,7 @@ class MysqlGtidSet:
             pos += 16
             tag = ""
             if fmt == _FORMAT_TAGGED:
-                tag_len, pos = _decode_varlen(mv, pos)
+                tag_len, pos = decode_varlen(mv, pos)
                 if tag_len > _TAG_MAX_LENGTH:
                     raise ProtocolError(f"GTID tag length {tag_len} > {_TAG_MAX_LENGTH}", pos)
                 if size - pos < tag_len:
@@ -417,16 +418,18 @@ def _encode_varlen(value: int) -> bytes:
     return bytes([first]) + (value >> (8 - nbytes)).to_bytes(nbytes - 1, "little")
 
 
-def _decode_varlen(mv: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Read one varlen unsigned integer at ``pos``; return (value, new pos). Raises TruncatedError."""
+def decode_varlen(mv: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Read one MySQL serialization-library varlen unsigned integer at ``pos`` (GTID tags, GTID_TAGGED
+    events): the count of trailing 1-bits in the first byte is the count of extra bytes.
+    Returns (value, new pos). Raises TruncatedError."""
     if pos >= len(mv):
-        raise TruncatedError("GTID set ends inside a varlen integer", pos)
+        raise TruncatedError("input ends inside a varlen integer", pos)
     first = mv[pos]
     nbytes = 1
     while nbytes < 9 and first & (1 << (nbytes - 1)):
         nbytes += 1
     if len(mv) - pos < nbytes:
-        raise TruncatedError("GTID set ends inside a varlen integer", pos)
+        raise TruncatedError("input ends inside a varlen integer", pos)
     if nbytes == 1:
         return first >> 1, pos + 1
     rest = int.from_bytes(mv[pos + 1 : pos + nbytes], "little")

@@ -36,16 +36,14 @@ import struct
 from dataclasses import dataclass
 from decimal import Decimal
 
-from protocol.errors import EventDecodeError
+from .errors import EventDecodeError
+from .values import decimal_size, decimal_text
 
 __all__ = [
     "MAX_DEPTH",
     "JsonDiff",
     "decode_json",
     "decode_json_diff",
-    "decimal_bin_size",
-    "decode_decimal",
-    "decode_decimal_bin",
 ]
 
 #: Deepest container nesting accepted (MySQL's JSON_DOCUMENT_MAX_DEPTH).
@@ -255,9 +253,9 @@ def _opaque(field_type: int, data: bytes) -> object:
         if len(data) < 2:
             raise _err("truncated opaque DECIMAL")
         precision, scale = data[0], data[1]
-        if decimal_bin_size(precision, scale) != len(data) - 2:
+        if not 0 < precision <= 65 or decimal_size(precision, scale) != len(data) - 2:
             raise _err(f"opaque DECIMAL({precision},{scale}) has {len(data) - 2} bytes")
-        return decode_decimal(data, 2, precision, scale)[0]
+        return Decimal(decimal_text(data, 2, precision, scale))
     if field_type in (_FT_DATE, _FT_TIME, _FT_DATETIME, _FT_TIMESTAMP):
         if len(data) != 8:
             raise _err(f"opaque temporal value of {len(data)} bytes, expected 8")
@@ -382,84 +380,3 @@ def decode_json_diff(data: bytes | bytearray | memoryview) -> list[JsonDiff]:
 
 
 # --- DECIMAL binary format (NEWDECIMAL columns and opaque JSON decimals) ----------
-
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
-_POW10 = tuple(10**i for i in range(10))
-_MAX_PRECISION = 81  # 9 groups of 9 digits: the most a MySQL/MariaDB decimal holds
-
-
-def decimal_bin_size(precision: int, scale: int) -> int:
-    """Bytes a DECIMAL(precision, scale) value takes in binary form.
-
-    Raises:
-        EventDecodeError: precision outside 1..81 or scale outside 0..precision.
-    """
-    if not (1 <= precision <= _MAX_PRECISION and 0 <= scale <= precision):
-        raise _err(f"invalid DECIMAL({precision},{scale})")
-    intg0, intg0x = divmod(precision - scale, 9)
-    frac0, frac0x = divmod(scale, 9)
-    return intg0 * 4 + _DIG2BYTES[intg0x] + frac0 * 4 + _DIG2BYTES[frac0x]
-
-
-def decode_decimal(
-    buf: bytes | bytearray | memoryview, offset: int, precision: int, scale: int
-) -> tuple[Decimal, int]:
-    """Decode a binary DECIMAL(precision, scale) at ``buf[offset]``.
-
-    The format (strings/decimal.cc bin2decimal): digits in groups of nine, each
-    group a 4-byte big-endian integer; a partial leading integer group and a
-    partial trailing fraction group use 1-4 bytes; the top bit of the first
-    byte is set for non-negative values and every byte is inverted for negative
-    ones.
-
-    Returns:
-        (value with exactly ``scale`` fraction digits, offset after the value).
-
-    Raises:
-        EventDecodeError: invalid precision/scale, too few bytes, or a digit group
-            out of range.
-    """
-    size = decimal_bin_size(precision, scale)
-    end = offset + size
-    if offset < 0 or end > len(buf):
-        raise _err(f"truncated DECIMAL({precision},{scale}): need {size} bytes")
-    raw = bytearray(buf[offset:end])
-    negative = not raw[0] & 0x80
-    raw[0] ^= 0x80
-    if negative:
-        raw = bytearray(b ^ 0xFF for b in raw)
-    intg0, intg0x = divmod(precision - scale, 9)
-    frac0, frac0x = divmod(scale, 9)
-    pos = 0
-
-    def group(nbytes: int, digits: int) -> int:
-        nonlocal pos
-        value = int.from_bytes(raw[pos : pos + nbytes], "big")
-        pos += nbytes
-        if value >= _POW10[digits]:
-            raise _err(f"DECIMAL digit group {value} has more than {digits} digits")
-        return value
-
-    int_digits = []
-    if intg0x:
-        int_digits.append(str(group(_DIG2BYTES[intg0x], intg0x)))
-    for _ in range(intg0):
-        int_digits.append(f"{group(4, 9):09d}")
-    frac_digits = [f"{group(4, 9):09d}" for _ in range(frac0)]
-    if frac0x:
-        frac_digits.append(f"{group(_DIG2BYTES[frac0x], frac0x):0{frac0x}d}")
-    text = "".join(int_digits).lstrip("0") or "0"
-    if scale:
-        text += "." + "".join(frac_digits)
-    if negative and text.strip("0.") != "":
-        text = "-" + text
-    return Decimal(text), end
-
-
-def decode_decimal_bin(view: bytes | bytearray | memoryview, precision: int, scale: int) -> Decimal:
-    """Decode a binary DECIMAL(precision, scale) that starts at ``view[0]``.
-
-    Trailing bytes after the value are ignored. Raises EventDecodeError as
-    :func:`decode_decimal` does.
-    """
-    return decode_decimal(view, 0, precision, scale)[0]

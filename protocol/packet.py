@@ -31,14 +31,11 @@ __all__ = [
     "MAX_CHUNK",
     "Packet",
     "PacketReader",
-    "encode_lenenc_int",
     "encode_packet",
     "is_eof",
     "is_err",
     "is_ok",
     "parse_err",
-    "read_lenenc_bytes",
-    "read_lenenc_int",
 ]
 
 #: Largest payload of a single wire chunk; a chunk this long is continued.
@@ -48,7 +45,6 @@ DEFAULT_MAX_PACKET_SIZE = 1 << 30
 
 _HEADER = struct.Struct("<HBB")  # low 16 bits of length, high 8 bits, seq id
 _U16 = struct.Struct("<H")
-_U24_LOW = struct.Struct("<HB")
 _U64 = struct.Struct("<Q")
 
 # Compact the receive buffer once this many consumed bytes sit at its front and
@@ -257,51 +253,3 @@ def parse_err(payload: bytes | bytearray | memoryview) -> ServerError:
         sqlstate = raw[4:9].decode("ascii", "replace")
         pos = 9
     return ServerError(code, raw[pos:].decode("utf-8", "replace"), sqlstate)
-
-
-def read_lenenc_int(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[int | None, int]:
-    """Read a length-encoded integer at ``offset``; return (value or None for 0xFB NULL, next offset).
-
-    Raises TruncatedError when ``buf`` ends inside it, ProtocolError on the 0xFF prefix.
-    """
-    if offset >= len(buf):
-        raise TruncatedError("missing length-encoded integer", offset)
-    first = buf[offset]
-    if first < 0xFB:
-        return first, offset + 1
-    if first == 0xFB:
-        return None, offset + 1
-    if first == 0xFF:
-        raise ProtocolError("0xFF is not a length-encoded integer prefix", offset)
-    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
-    if len(buf) - offset - 1 < size:
-        raise TruncatedError("length-encoded integer cut short", offset)
-    return int.from_bytes(buf[offset + 1 : offset + 1 + size], "little"), offset + 1 + size
-
-
-def read_lenenc_bytes(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple[bytes | None, int]:
-    """Read a length-encoded string at ``offset``; return (bytes or None for NULL, next offset).
-
-    Raises TruncatedError when ``buf`` ends inside it.
-    """
-    n, pos = read_lenenc_int(buf, offset)
-    if n is None:
-        return None, pos
-    if len(buf) - pos < n:
-        raise TruncatedError(f"length-encoded string of {n} bytes cut short", offset)
-    return bytes(buf[pos : pos + n]), pos + n
-
-
-def encode_lenenc_int(value: int) -> bytes:
-    """Encode ``value`` (0..2**64-1) as a length-encoded integer. Raises ValueError out of range."""
-    if value < 0:
-        raise ValueError(f"negative length-encoded integer: {value}")
-    if value < 0xFB:
-        return bytes([value])
-    if value <= 0xFFFF:
-        return b"\xfc" + _U16.pack(value)
-    if value <= 0xFFFFFF:
-        return b"\xfd" + _U24_LOW.pack(value & 0xFFFF, value >> 16)
-    if value <= 0xFFFFFFFFFFFFFFFF:
-        return b"\xfe" + _U64.pack(value)
-    raise ValueError(f"length-encoded integer too large: {value}")

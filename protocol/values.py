@@ -14,6 +14,7 @@ from .errors import EventDecodeError
 
 _F32 = struct.Struct("<f")
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+_POW10 = tuple(10 ** i for i in range(10))
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -70,6 +71,10 @@ def decimal_decoder(precision: int, scale: int):
     frac_bits = 8 * (4 * frac_groups + tail_bytes)
     frac_mask = (1 << frac_bits) - 1
     simple = int_groups <= 1 and frac_groups == 0 and not (int_groups and lead_bytes)
+    int_limit, frac_limit = 10 ** intg, 10 ** scale  # simple layouts: one group each
+
+    def bad(value: int) -> EventDecodeError:
+        return EventDecodeError(f"DECIMAL({precision},{scale}) has an out-of-range digit group ({value})")
 
     def decode(view, pos):
         if pos + size > len(view):
@@ -82,17 +87,32 @@ def decimal_decoder(precision: int, scale: int):
             x ^= sign_bit ^ all_bits
             sign = "-"
         whole, frac = x >> frac_bits, x & frac_mask
-        if not simple:
+        if simple:
+            if whole >= int_limit or frac >= frac_limit:
+                raise bad(x)
+        else:
             int_part = whole >> (32 * int_groups) if lead_bytes else 0
+            if int_part >= _POW10[intg % 9]:
+                raise bad(int_part)
             for k in range(int_groups - 1, -1, -1):
-                int_part = int_part * 1_000_000_000 + (whole >> (32 * k) & 0xFFFFFFFF)
+                group = whole >> (32 * k) & 0xFFFFFFFF
+                if group >= 1_000_000_000:
+                    raise bad(group)
+                int_part = int_part * 1_000_000_000 + group
             whole = int_part
             if frac_groups:
-                parts = [f"{frac >> (8 * tail_bytes + 32 * k) & 0xFFFFFFFF:09d}"
-                         for k in range(frac_groups - 1, -1, -1)]
+                groups = [frac >> (8 * tail_bytes + 32 * k) & 0xFFFFFFFF for k in range(frac_groups - 1, -1, -1)]
+                tail = frac & ((1 << 8 * tail_bytes) - 1)
+                if max(groups) >= 1_000_000_000 or tail >= _POW10[tail_digits]:
+                    raise bad(max(groups + [tail]))
+                parts = [f"{g:09d}" for g in groups]
                 if tail_digits:
-                    parts.append(f"{frac & ((1 << 8 * tail_bytes) - 1):0{tail_digits}d}")
+                    parts.append(f"{tail:0{tail_digits}d}")
                 return f"{sign}{whole}.{''.join(parts)}"
+            if frac >= frac_limit:
+                raise bad(frac)
+        if sign and not whole and not frac:
+            sign = ""  # never print negative zero
         if not scale:
             return f"{sign}{whole}"
         return f"{sign}{whole}.{frac:0{scale}d}"

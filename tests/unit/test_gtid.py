@@ -18,7 +18,7 @@ from protocol.gtid import (
     MariadbGtid,
     MariadbGtidList,
     MysqlGtidSet,
-    _decode_varlen,
+    decode_varlen,
     _encode_varlen,
     decode_mariadb_gtid_list,
 )
@@ -297,7 +297,7 @@ def test_varlen_known_bytes():
 @given(st.integers(min_value=0, max_value=(1 << 64) - 1))
 def test_varlen_round_trip(value):
     raw = _encode_varlen(value)
-    assert _decode_varlen(raw + b"junk", 0) == (value, len(raw))
+    assert decode_varlen(raw + b"junk", 0) == (value, len(raw))
 
 
 # ---------------------------------------------------------------- properties

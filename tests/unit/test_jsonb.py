@@ -21,12 +21,11 @@ from protocol.errors import EventDecodeError, ProtocolError
 from protocol.jsonb import (
     MAX_DEPTH,
     JsonDiff,
-    decimal_bin_size,
-    decode_decimal,
-    decode_decimal_bin,
     decode_json,
     decode_json_diff,
 )
+from protocol.values import decimal_size as decimal_bin_size
+from protocol.values import decimal_text
 
 BINLOGS = Path("/work/shared/binlogs/rust_mysql_common")
 
@@ -289,7 +288,15 @@ def test_opaque_values(opaque, expected):
     assert_json_equal(decode_json(doc({"o": [opaque]}, large=True)), {"o": [expected]})
 
 
-# --------------------------------------------------------------------------- DECIMAL
+# ------------------------------------------------------------------ DECIMAL (protocol.values, shared with rows)
+
+
+def decode_decimal_bin(raw, precision: int, scale: int) -> Decimal:
+    return Decimal(decimal_text(memoryview(bytes(raw)), 0, precision, scale))
+
+
+def decode_decimal(raw, offset: int, precision: int, scale: int) -> tuple[Decimal, int]:
+    return decode_decimal_bin(bytes(raw)[offset:], precision, scale), offset + decimal_bin_size(precision, scale)
 
 
 def test_decimal_reference_vectors():

@@ -18,14 +18,11 @@ from protocol.packet import (
     MAX_CHUNK,
     Packet,
     PacketReader,
-    encode_lenenc_int,
     encode_packet,
     is_eof,
     is_err,
     is_ok,
     parse_err,
-    read_lenenc_bytes,
-    read_lenenc_int,
 )
 
 
@@ -296,37 +293,3 @@ def test_is_ok_is_eof_is_err():
     assert is_eof(b"\xfe\x00\x00\x02\x00") and is_eof(b"\xfe")
     assert not is_eof(b"\xfe" + b"\x00" * 8) and not is_eof(b"") and not is_eof(b"\x00")
     assert is_err(b"\xff\x01\x00") and not is_err(b"") and not is_err(b"\x00")
-
-
-@pytest.mark.parametrize(
-    "value,raw",
-    [(0, b"\x00"), (250, b"\xfa"), (251, b"\xfc\xfb\x00"), (0xFFFF, b"\xfc\xff\xff"),
-     (0x10000, b"\xfd\x00\x00\x01"), (0xFFFFFF, b"\xfd\xff\xff\xff"),
-     (0x1000000, b"\xfe\x00\x00\x00\x01\x00\x00\x00\x00"), ((1 << 64) - 1, b"\xfe" + b"\xff" * 8)],
-)
-def test_lenenc_int_known(value, raw):
-    assert encode_lenenc_int(value) == raw
-    assert read_lenenc_int(b"pre" + raw + b"post", 3) == (value, 3 + len(raw))
-
-
-def test_lenenc_null_errors_and_truncation():
-    assert read_lenenc_int(b"\xfb") == (None, 1)
-    assert read_lenenc_bytes(b"\xfb") == (None, 1)
-    with pytest.raises(ProtocolError):
-        read_lenenc_int(b"\xff")
-    for raw in (b"", b"\xfc\x01", b"\xfd\x01\x02", b"\xfe" + b"\x00" * 7):
-        with pytest.raises(TruncatedError):
-            read_lenenc_int(raw)
-    with pytest.raises(TruncatedError):
-        read_lenenc_bytes(b"\x05abc")
-    with pytest.raises(ValueError):
-        encode_lenenc_int(-1)
-    with pytest.raises(ValueError):
-        encode_lenenc_int(1 << 64)
-
-
-@given(st.binary(max_size=70000))
-@settings(max_examples=30)
-def test_property_lenenc_bytes_round_trip(blob):
-    raw = encode_lenenc_int(len(blob)) + blob
-    assert read_lenenc_bytes(memoryview(raw + b"!")) == (blob, len(raw))
