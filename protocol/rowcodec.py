@@ -3,7 +3,8 @@
 A :class:`TableCodec` turns a table's columns into Python source for one
 function per image shape, specialised to the column types (fixed-width values
 read with ``struct`` at known offsets, no per-value dispatch), and compiles it.
-The generated function is ``image(view, pos, partial) -> (row_dict, new_pos)``.
+The generated function is ``image(view, pos, partial) -> (row_dict, new_pos)``;
+values go to locals and the row dict is built once, at the end.
 """
 
 from __future__ import annotations
@@ -55,11 +56,9 @@ class _Source:
 
 def _prefixed(key: str, prefix_len: int, convert: str) -> list[str]:
     """A value stored as a little-endian length of ``prefix_len`` bytes then the data."""
-    if prefix_len == 1:
-        length = "n = v[p]"
-    else:
-        length = f"n = _int(v[p:p + {prefix_len}], 'little')"
-    return [length, f"p += {prefix_len}", f"r[{key}] = {convert.format(raw='v[p:p + n]')}", "p += n"]
+    length = {1: "n = v[p]", 2: "n = v[p] | v[p + 1] << 8", 4: "n = _u32(v, p)[0]"}.get(
+        prefix_len, f"n = _int(v[p:p + {prefix_len}], 'little')")
+    return [length, f"p += {prefix_len}", f"{key} = {convert.format(raw='v[p:p + n]')}", "p += n"]
 
 
 def _string_convert(src: _Source, col: Column) -> str:
@@ -75,67 +74,82 @@ def _string_convert(src: _Source, col: Column) -> str:
 
 
 def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
-    """Generated statements that decode one non-NULL value of ``col`` at ``p`` into ``r[key]``."""
+    """Generated statements that decode one non-NULL value of ``col`` at ``p`` into the local ``key``."""
     t, m, i = col.type, col.meta, col.index
     if t in _INT_FORMATS:
         size, signed, unsigned = _INT_FORMATS[t]
         if t == T.TINY and col.unsigned:
-            return [f"r[{key}] = v[p]", "p += 1"]
+            return [f"{key} = v[p]", "p += 1"]
         fmt = unsigned if col.unsigned else signed
-        return [f"r[{key}] = _{fmt}(v, p)[0]", f"p += {size}"]
+        return [f"{key} = _{fmt}(v, p)[0]", f"p += {size}"]
     if t == T.INT24:
-        return [f"r[{key}] = _int(v[p:p + 3], 'little', signed={not col.unsigned})", "p += 3"]
+        return [f"{key} = _int(v[p:p + 3], 'little', signed={not col.unsigned})", "p += 3"]
     if t == T.FLOAT:
-        return [f"r[{key}] = _float32(_f32(v, p)[0])", "p += 4"]
+        return [f"{key} = _float32(_f32(v, p)[0])", "p += 4"]
     if t == T.DOUBLE:
-        return [f"r[{key}] = _f64(v, p)[0]", "p += 8"]
+        return [f"{key} = _f64(v, p)[0]", "p += 8"]
     if t == T.YEAR:
-        return [f"r[{key}] = _year(v[p])", "p += 1"]
+        return [f"{key} = _year(v[p])", "p += 1"]
     if t in (T.DATE, T.NEWDATE):
-        return ["x = v[p] | v[p + 1] << 8 | v[p + 2] << 16", f"r[{key}] = _dates.get(x) or _date(x)", "p += 3"]
+        return ["x = v[p] | v[p + 1] << 8 | v[p + 2] << 16", f"{key} = _dates.get(x) or _date(x)", "p += 3"]
     if t == T.TIME:
-        return [f"r[{key}] = _otime(_int(v[p:p + 3], 'little', signed=True))", "p += 3"]
+        return [f"{key} = _otime(_int(v[p:p + 3], 'little', signed=True))", "p += 3"]
     if t == T.DATETIME:
-        return [f"r[{key}] = _odt(_u64(v, p)[0])", "p += 8"]
+        return [f"{key} = _odt(_u64(v, p)[0])", "p += 8"]
     if t == T.TIMESTAMP:
-        return [f"r[{key}] = _utc(_u32(v, p)[0])", "p += 4"]
+        return [f"{key} = _utc(_u32(v, p)[0])", "p += 4"]
     if t == T.DATETIME2:
         fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
         nfrac = (fsp + 1) // 2
         lines = ["x = _int(v[p:p + 5], 'big') - 0x8000000000",
                  "y = x >> 17", "z = x & 0x1FFFF",
                  "d = (_ymds.get(y) or _ymd(y)) + ' ' + (_times.get(z) or _hms(z))"]
-        if nfrac:
+        if fsp == 6:
+            lines.append("d += '.%06d' % (v[p + 5] << 16 | v[p + 6] << 8 | v[p + 7])")
+        elif nfrac:
             unit = (10_000, 100, 1)[nfrac - 1]
             lines.append(f"d += '.' + ('%06d' % (_int(v[p + 5:p + {5 + nfrac}], 'big') * {unit}))[:{fsp}]")
-        return lines + [f"r[{key}] = d", f"p += {5 + nfrac}"]
+        return lines + [f"{key} = d", f"p += {5 + nfrac}"]
     if t in (T.TIME2, T.DATETIME2, T.TIMESTAMP2):
         fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
         base, fn = {T.TIME2: (3, "_time2"), T.DATETIME2: (5, "_dt2"), T.TIMESTAMP2: (4, "_ts2")}[t]
-        return [f"r[{key}] = {fn}(v, p, {fsp})", f"p += {base + (fsp + 1) // 2}"]
+        return [f"{key} = {fn}(v, p, {fsp})", f"p += {base + (fsp + 1) // 2}"]
     if t == T.NEWDECIMAL:
         prec, scale = m
+        valid = 0 < prec <= 65 and 0 <= scale <= min(prec, 30)
+        size = V.decimal_size(prec, scale) if valid else 0
+        if valid and prec <= 18 and scale and prec - scale <= 9 and scale <= 9:
+            # One integer group and one fraction group: split one big-endian integer inline.
+            frac_bits = 8 * V.decimal_size(scale, scale)
+            sign = 1 << (8 * size - 1)
+            message = src.const(f"_msg{i}", f"DECIMAL({prec},{scale}) has an out-of-range digit group")
+            return [f"x = _int(v[p:p + {size}], 'big')",
+                    f"if x & {sign}: x ^= {sign}; s = ''",
+                    f"else: x ^= {sign ^ ((1 << 8 * size) - 1)}; s = '-'",
+                    f"w = x >> {frac_bits}; f = x & {(1 << frac_bits) - 1}",
+                    f"if w >= {10 ** (prec - scale)} or f >= {10 ** scale}: raise _err({message})",
+                    f"{key} = '%s%d.%0{scale}d' % ('' if not (w or f) else s, w, f)",
+                    f"p += {size}"]
         fn = src.const(f"_dec{i}", V.decimal_decoder(prec, scale))
-        size = V.decimal_size(prec, scale) if 0 < prec <= 65 and scale <= prec else 0
-        return [f"r[{key}] = {fn}(v, p)", f"p += {size}"]
+        return [f"{key} = {fn}(v, p)", f"p += {size}"]
     if t == T.BIT:
         bits, nbytes = m
         size = (nbytes * 8 + bits + 7) // 8
-        return [f"r[{key}] = _int(v[p:p + {size}], 'big')", f"p += {size}"]
+        return [f"{key} = _int(v[p:p + {size}], 'big')", f"p += {size}"]
     if t == T.ENUM:
         size = m if m in (1, 2) else 1
         lines = [f"x = _int(v[p:p + {size}], 'little')", f"p += {size}"]
         if col.enum_values is not None:
             names = src.const(f"_enum{i}", ("",) + col.enum_values)
-            return lines + [f"r[{key}] = {names}[x] if x <= {len(col.enum_values)} else x"]
-        return lines + [f"r[{key}] = x"]
+            return lines + [f"{key} = {names}[x] if x <= {len(col.enum_values)} else x"]
+        return lines + [f"{key} = x"]
     if t == T.SET:
         size = m if 1 <= m <= 8 else 1
         lines = [f"x = _int(v[p:p + {size}], 'little')", f"p += {size}"]
         if col.set_values is not None:
             names = src.const(f"_set{i}", col.set_values)
-            return lines + [f"r[{key}] = [s for b, s in enumerate({names}) if x >> b & 1]"]
-        return lines + [f"r[{key}] = x"]
+            return lines + [f"{key} = [s for b, s in enumerate({names}) if x >> b & 1]"]
+        return lines + [f"{key} = x"]
     if t == T.STRING and col.collation == BINARY_COLLATION:
         return _prefixed(key, 1 if m < 256 else 2, "_padded({raw}, " + str(m) + ")")
     if t in (T.VARCHAR, T.VAR_STRING, T.STRING):
@@ -148,10 +162,10 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
         return _prefixed(key, m if m in (1, 2, 3, 4) else 4, "_vector({raw})")
     if t == T.JSON:
         lines = _prefixed(key, m if m in (1, 2, 3, 4) else 4, "_json({raw})")
-        lines[2] = f"r[{key}] = _jdiff(v[p:p + n]) if {i} in partial else _json(v[p:p + n])"
+        lines[2] = f"{key} = _jdiff(v[p:p + n]) if {i} in partial else _json(v[p:p + n])"
         return lines
     if t == T.NULL:
-        return [f"r[{key}] = None"]
+        return [f"{key} = None"]
     # Never put data from the binlog (names, types) into generated source: only via constants.
     message = src.const(f"_msg{i}", f"column {col.label!r} has type {int(t)}, which cannot appear in a row image")
     return [f"raise _err({message})"]
@@ -169,19 +183,20 @@ def compile_image(columns: tuple[Column, ...], present: list[int], null_offset: 
         f"if p + {nbytes} > len(v): raise _err('row image null bitmap runs past the event')",
         f"nb = _int(v[p:p + {nbytes}], 'little')" if nbytes else "nb = 0",
         f"p += {nbytes}",
-        "r = {}",
     ]
+    items = []
     for bit, idx in enumerate(present):
         col = columns[idx]
-        key = src.const(f"_k{idx}", col.label)
+        key, local = src.const(f"_k{idx}", col.label), f"c{idx}"
+        items.append(f"{key}: {local}")
         if col.nullable:
-            body.append(f"if nb >> {bit + null_offset} & 1: r[{key}] = None")
+            body.append(f"if nb >> {bit + null_offset} & 1: {local} = None")
             body.append("else:")
-            body.extend("    " + line for line in _column_lines(src, col, key))
+            body.extend("    " + line for line in _column_lines(src, col, local))
         else:  # NOT NULL: the server never sets its null bit, so there is nothing to test
-            body.extend(_column_lines(src, col, key))
+            body.extend(_column_lines(src, col, local))
     body.append("if p > len(v): raise _err('row image runs past the end of the event')")
-    body.append("return r, p")
+    body.append("return {" + ", ".join(items) + "}, p")
     code = "def image(v, p, partial):\n" + "\n".join("    " + line for line in body) + "\n"
     namespace = _globals()
     namespace.update(src.consts, _err=EventDecodeError)
