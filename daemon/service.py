@@ -1,6 +1,7 @@
 """The replication daemon: follow the primary forever, deliver each transaction once.
 
-One asyncio task reads packets from the primary into a bounded queue. Another task,
+One asyncio task reads packets from the primary into a bounded queue (in batches: every
+complete event a socket read brought). Another task,
 the consumer, decodes them, writes each transaction to the sink, and commits
 the sink and then the checkpoint at transaction boundaries. Several
 transactions may be grouped per commit while the queue is busy. After any
@@ -262,8 +263,8 @@ class Daemon:
         try:
             while True:
                 async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel on 3.11
-                    raw = await conn.read_event()
-                await queue.put(raw)
+                    batch = await conn.read_events()
+                await queue.put(batch)
         except TimeoutError:
             await queue.put(SourceError("timeout", f"no packet from the primary for {timeout:g}s (2 × heartbeat)"))
         except asyncio.CancelledError:
@@ -293,11 +294,13 @@ class Daemon:
             self.metrics.queue_depth(queue.qsize())
             if isinstance(item, BaseException):
                 raise item
-            await self._handle(item, decoder)
-            if not self.tracker.in_transaction and self._dirty and (
-                    queue.empty() or self._uncommitted >= _COMMIT_EVERY
-                    or time.monotonic() - self._last_commit >= _COMMIT_SECONDS):
-                await self._commit()
+            last = len(item) - 1
+            for index, raw in enumerate(item):
+                await self._handle(raw, decoder)
+                if not self.tracker.in_transaction and self._dirty and (
+                        (index == last and queue.empty()) or self._uncommitted >= _COMMIT_EVERY
+                        or time.monotonic() - self._last_commit >= _COMMIT_SECONDS):
+                    await self._commit()
         if self._dirty and not self.tracker.in_transaction:
             await self._commit()
 

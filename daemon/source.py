@@ -79,6 +79,7 @@ class SourceConnection:
         self._packets = PacketReader()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._pending: bytes | None = None  # an ERR/EOF packet seen while batching
         self.bytes_received = 0
 
     async def open(self) -> ServerInfo:
@@ -198,6 +199,9 @@ class SourceConnection:
         await self._writer.drain()
 
     async def _packet(self) -> bytes:
+        if self._pending is not None:
+            payload, self._pending = self._pending, None
+            return payload
         while True:
             packet = self._packets.next_packet()
             if packet is not None:
@@ -217,7 +221,23 @@ class SourceConnection:
             ServerError-derived SourceError: an ERR packet (1236 = binlog purged/missing, fatal).
             SourceError("stream_ended"): an EOF packet (non-blocking dump reached the end).
         """
-        payload = await self._packet()
+        return self._event(await self._packet())
+
+    async def read_events(self, limit: int = 1024) -> list[bytes]:
+        """Every complete event already received (at most ``limit``), waiting for the socket only
+        when none is; raises like :meth:`read_event` (events before an ERR/EOF are returned first)."""
+        out = [await self.read_event()]
+        while len(out) < limit:
+            packet = self._packets.next_packet()
+            if packet is None:
+                break
+            if packet.payload[:1] != b"\x00":
+                self._pending = packet.payload  # ERR/EOF: raised on the next call
+                break
+            out.append(packet.payload[1:])
+        return out
+
+    def _event(self, payload: bytes) -> bytes:
         if payload[:1] == b"\x00":
             return payload[1:]
         if is_err(payload):
