@@ -158,12 +158,17 @@ class _Tail:
         (and a type in ``types`` when given); with CRC32 its checksum must verify too.
         Reads further back (doubling) until found, ``limit`` bytes were searched, or offset 4.
         """
+        needle = end.to_bytes(4, "little")  # an event ending at ``end`` has next_position == end
         next_q = end - 19  # the highest start not yet tried
         while True:
             rel_end = end - self.lo
-            for q in range(next_q - self.lo, -1, -1):
-                _, tc, _, length, next_pos, _ = HEADER_V4.unpack_from(self.buf, q)
-                if length != rel_end - q or next_pos != end or (types and tc not in types):
+            hi = min(len(self.buf), next_q - self.lo + 17)
+            while (idx := self.buf.rfind(needle, 0, hi)) >= 0:
+                q, hi = idx - 13, idx + 3
+                if q < 0:
+                    continue
+                _, tc, _, length, _, _ = HEADER_V4.unpack_from(self.buf, q)
+                if length != rel_end - q or (types and tc not in types):
                     continue
                 if crc and zlib.crc32(memoryview(self.buf)[q:rel_end - 4]) != int.from_bytes(
                         self.buf[rel_end - 4:rel_end], "little"):

@@ -30,12 +30,12 @@ from .metrics import Metrics, MetricsServer
 from .position import Position, PositionTracker
 from .schema import SchemaCache, is_ddl
 from .sinks import SinkError, make_sink
-from .source import SourceConnection, SourceError
+from .source import SourceConnection, SourceError, require_tls
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
 EXIT_BINLOG_MISSING, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT = 5, 6, 7, 8
 _FATAL_EXIT = {"auth": EXIT_AUTH, "binlog_missing": EXIT_BINLOG_MISSING, "misconfigured": EXIT_MISCONFIGURED,
-               "unreachable": EXIT_UNREACHABLE}
+               "tls": EXIT_MISCONFIGURED, "unreachable": EXIT_UNREACHABLE}
 _COMMIT_EVERY = 1000      # transactions per commit at most while the queue is busy
 _COMMIT_SECONDS = 1.0     # and at least this often
 
@@ -254,8 +254,10 @@ class Daemon:
         import aiomysql
 
         s = self.cfg.source
-        return await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password.reveal(),
+        conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password.reveal(),
                                       ssl=s.tls.ssl_context(), connect_timeout=s.connect_timeout, autocommit=True)
+        require_tls(conn, s)
+        return conn
 
     async def _read(self, conn: SourceConnection, queue: asyncio.Queue) -> None:
         """Reader task: packets into the queue; silence for 2 × heartbeat is an error."""
@@ -318,10 +320,13 @@ class Daemon:
                 and self.cfg.daemon.unknown_events == "error":
             raise UnknownEventError(f"unknown event type {tc} at {self.tracker.file}:{pos} "
                                     "(set daemon.unknown_events = \"skip\" to pass it by)", pos)
-        if isinstance(event, E.TableMapEvent) and self._schema is not None \
-                and (event.schema, event.table) in self._schema.misses:
-            await self._schema.fetch(event.schema, event.table)
-            event = decoder.decode(raw, pos)
+        if self._schema is not None and self._schema.misses:
+            inner = event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)
+            missing = {(t.schema, t.table) for t in inner if isinstance(t, E.TableMapEvent)} & self._schema.misses
+            for schema, table in missing:
+                await self._schema.fetch(schema, table)
+            if missing:
+                event = decoder.decode(raw, pos)
         elif isinstance(event, (E.QueryEvent,)) and self._schema is not None and is_ddl(event.query):
             self._schema.invalidate()
         if isinstance(event, E.RotateEvent) and not artificial:

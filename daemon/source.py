@@ -60,6 +60,23 @@ class ServerInfo:
         return "SHOW MASTER STATUS"
 
 
+def require_tls(conn, cfg) -> None:
+    """Refuse a plain-text connection when ``source.tls.mode`` demands TLS.
+
+    aiomysql quietly stays in plain text when the server does not offer TLS; a replica that was
+    told to encrypt (or to verify the server) must not stream unencrypted.
+
+    Raises:
+        SourceError("tls", fatal): the connection is not encrypted.
+    """
+    if cfg.tls.mode in ("required", "verify_ca", "verify_identity"):
+        writer = getattr(conn, "_writer", None)
+        if writer is None or writer.transport.get_extra_info("ssl_object") is None:
+            conn.close()
+            raise SourceError("tls", f"{cfg.host}:{cfg.port} does not offer TLS, and source.tls.mode is "
+                              f"{cfg.tls.mode!r}: refusing to replicate in plain text", fatal=True)
+
+
 def _version(text: str) -> tuple[int, int, int]:
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
     return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
@@ -108,6 +125,7 @@ class SourceConnection:
             raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: {exc.args[-1]}") from None
         except (OSError, asyncio.TimeoutError) as exc:
             raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: {exc}") from None
+        require_tls(self.conn, cfg)
         rows = await self.query("SELECT VERSION(), @@version_comment, @@server_id, @@log_bin, "
                                 "@@binlog_format, @@global.binlog_checksum")
         version_text, comment, server_id, log_bin, fmt, checksum = rows[0]

@@ -36,7 +36,8 @@ def _status_vars(view: memoryview) -> dict:
             elif code == 1:
                 out["sql_mode"] = U64.unpack_from(view, pos)[0]; pos += 8
             elif code == 2:  # Q_CATALOG_CODE (5.0.0-5.0.3): length, string, NUL
-                n = view[pos]; pos += 1 + n + 1
+                n = view[pos]
+                out["catalog"] = text(view[pos + 1:pos + 1 + n]); pos += 1 + n + 1
             elif code == 3:
                 out["auto_increment"] = (U16.unpack_from(view, pos)[0], U16.unpack_from(view, pos + 2)[0]); pos += 4
             elif code == 4:
@@ -139,12 +140,15 @@ def mariadb_uncompress(raw: memoryview) -> bytes:
         raise EventDecodeError(f"unsupported MariaDB compression header 0x{raw[0]:02x}")
     size_raw, pos = take(raw, 1, lenlen, "uncompressed size")
     size = int.from_bytes(size_raw, "big")
+    stream = zlib.decompressobj()
     try:
-        out = zlib.decompressobj().decompress(bytes(raw[pos:]), size + 1)
+        out = stream.decompress(bytes(raw[pos:]), size + 1)
     except zlib.error as exc:
         raise EventDecodeError(f"MariaDB compressed event: {exc}") from exc
     if len(out) != size:
         raise EventDecodeError(f"MariaDB compressed event: {len(out)} bytes, header says {size}")
+    if not stream.eof or stream.unused_data:
+        raise EventDecodeError("MariaDB compressed event: the zlib stream is cut short or followed by junk")
     return out
 
 
@@ -255,15 +259,20 @@ def decode_load_file(h, body, ctx):
 
 
 def decode_legacy_load(h, body, ctx):
-    """LOAD (6), NEW_LOAD (12) and CREATE_FILE (8): pre-5.0 LOAD DATA INFILE."""
-    post_len = ctx.post_header_len(h.type_code)
+    """LOAD (6), NEW_LOAD (12) and CREATE_FILE (8): pre-5.0 LOAD DATA INFILE.
+
+    All three start with LOAD's 18-byte post-header; CREATE_FILE adds its file id after it and
+    ends with the file name, a NUL and the first data block.
+    """
     need(body, 0, 18, "LOAD post-header")
     thread_id, exec_time, skip_lines = (U32.unpack_from(body, k)[0] for k in (0, 4, 8))
     table_len, db_len, nfields = body[12], body[13], U32.unpack_from(body, 14)[0]
-    pos = post_len
-    file_id = None
+    pos, file_id = 18, None
     if h.type_code == ET.CREATE_FILE:
+        need(body, pos, 4, "CREATE_FILE file id")
         file_id, pos = U32.unpack_from(body, pos)[0], pos + 4
+    else:
+        pos = max(18, ctx.post_header_len(h.type_code))
     if h.type_code == ET.LOAD:  # old sql_ex: five single chars, opt_flags, empty_flags
         pos += 7
     else:  # new sql_ex: five counted strings, then opt_flags
@@ -278,8 +287,11 @@ def decode_legacy_load(h, body, ctx):
         fields.append(text(name[:-1]))
     table, pos = take(body, pos, table_len + 1, "LOAD table")
     schema, pos = take(body, pos, db_len + 1, "LOAD schema")
+    rest = bytes(body[pos:])
+    file_name, _, block = rest.partition(b"\0") if h.type_code == ET.CREATE_FILE else (rest.rstrip(b"\0"), b"", b"")
     return E.LegacyLoadEvent(h, thread_id, exec_time, skip_lines, text(schema[:-1]), text(table[:-1]),
-                             text(bytes(body[pos:]).rstrip(b"\0")), tuple(fields), file_id)
+                             text(file_name), tuple(fields), file_id,
+                             block if h.type_code == ET.CREATE_FILE else None)
 
 
 def decode_xa_prepare(h, body, ctx):
@@ -292,10 +304,12 @@ def decode_xa_prepare(h, body, ctx):
 
 
 def decode_transaction_context(h, body, ctx):
-    need(body, 0, 15, "TRANSACTION_CONTEXT")
+    # Post-header (18 bytes): uuid length, thread id, gtid_specified, write set, read set and
+    # certification info lengths; the server uuid follows it.
+    need(body, 0, 18, "TRANSACTION_CONTEXT")
     uuid_len = body[0]
     thread_id, gtid_specified = U32.unpack_from(body, 1)[0], bool(body[5])
-    uuid, _ = take(body, 14, uuid_len, "server uuid")
+    uuid, _ = take(body, 18, uuid_len, "server uuid")
     return E.TransactionContextEvent(h, text(uuid), thread_id, gtid_specified, bytes(body))
 
 
@@ -312,13 +326,15 @@ def decode_mariadb_gtid(h, body, ctx):
     need(body, 0, 13, "MariaDB GTID")
     seq_no, domain_id, flags = U64.unpack_from(body, 0)[0], U32.unpack_from(body, 8)[0], body[12]
     commit_id = xid = None
-    if flags & 0x02:
-        need(body, 13, 8, "commit id")
-        commit_id = U64.unpack_from(body, 13)[0]
-    elif flags & 0xC0:  # FL_PREPARED_XA | FL_COMPLETED_XA
-        need(body, 13, 6, "XA id")
-        n = body[17] + body[18]
-        raw, _ = take(body, 13, 6 + n, "XA id")
+    pos = 13
+    if flags & 0x02:  # FL_GROUP_COMMIT_ID
+        need(body, pos, 8, "commit id")
+        commit_id = U64.unpack_from(body, pos)[0]
+        pos += 8
+    if flags & 0xC0:  # FL_PREPARED_XA | FL_COMPLETED_XA (independent of the commit id, as the server reads it)
+        need(body, pos, 6, "XA id")
+        n = body[pos + 4] + body[pos + 5]
+        raw, _ = take(body, pos, 6 + n, "XA id")
         xid = bytes(raw)
     return E.MariadbGtidEvent(h, domain_id, seq_no, flags, commit_id, xid)
 

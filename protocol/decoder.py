@@ -256,7 +256,12 @@ class Decoder:
         if self.schema_source is not None and any(c.name is None for c in base):
             known = self.schema_source(schema, table)
             if known is not entry[5]:
-                columns = apply_schema(base, known) if known is not None else base
+                try:
+                    columns = apply_schema(base, known) if known is not None else base
+                except EventDecodeError:
+                    # The schema source describes another version of the table (it changed after
+                    # this event was logged): the row values are still right, only unnamed (@N).
+                    columns = base
                 entry[3:] = [columns, TableCodec(columns), known]
         event = E.TableMapEvent(header, table_id, flags, schema, table, entry[3])
         self.tables[table_id] = (event, entry[4])

@@ -286,11 +286,13 @@ class LegacyLoadEvent(Event):
     file_name: str
     fields: tuple[str, ...]
     file_id: int | None = None
+    data: bytes | None = None  # CREATE_FILE: the first block of the file
 
 
 @dataclass(frozen=True, slots=True)
 class IgnorableEvent(Event):
-    """IGNORABLE, or any event flagged LOG_EVENT_IGNORABLE_F the decoder does not know."""
+    """IGNORABLE_EVENT (28). (Unknown types flagged LOG_EVENT_IGNORABLE_F stay UnknownEvent;
+    consumers check the flag.)"""
 
     body: bytes
 

@@ -5,11 +5,21 @@ function per image shape, specialised to the column types (fixed-width values
 read with ``struct`` at known offsets, no per-value dispatch), and compiles it.
 The generated function is ``image(view, pos, partial) -> (row_dict, new_pos)``;
 values go to locals and the row dict is built once, at the end.
+
+When the optional C extension :mod:`protocol._rowimage` is built (``pip install``
+compiles it where a compiler is available), images are decoded by it instead,
+from a plan (:func:`image_plan`) built once per image shape; values it does not
+decode natively (FLOAT, JSON, GEOMETRY, VECTOR, BINARY padding, binary text,
+unknown charsets, pre-5.6 temporal types) go through the same Python functions.
+Set ``BINLOGD_PURE_PYTHON=1`` in the environment, or call
+:func:`use_speedups(False) <use_speedups>`, to use the generated Python code.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+from functools import partial as _bind
 from typing import Callable
 
 from . import values as V
@@ -29,6 +39,27 @@ _STRUCTS = {
 _INT_FORMATS = {T.TINY: (1, "i8", None), T.SHORT: (2, "i16", "u16"), T.LONG: (4, "i32", "u32"),
                 T.LONGLONG: (8, "i64", "u64")}
 BINARY_COLLATION = 63
+
+try:
+    from . import _rowimage as C
+except ImportError:  # not built (no compiler at install time): the generated Python code does it all
+    C = None
+_speedups = C is not None and os.environ.get("BINLOGD_PURE_PYTHON", "") in ("", "0")
+
+
+def use_speedups(enabled: bool = True) -> bool:
+    """Decode row images with the C extension (when it is built) or not; returns whether it now is.
+
+    Affects images compiled afterwards (new TABLE_MAPs); the default comes from ``BINLOGD_PURE_PYTHON``.
+    """
+    global _speedups
+    _speedups = bool(enabled) and C is not None
+    return _speedups
+
+
+def speedups_enabled() -> bool:
+    """Whether new row image decoders are the C extension's."""
+    return _speedups
 
 
 def _globals() -> dict:
@@ -204,6 +235,123 @@ def compile_image(columns: tuple[Column, ...], present: list[int], null_offset: 
     return namespace["image"]
 
 
+def _float_value(raw: bytes) -> float:
+    return V.float32(_STRUCTS["f32"].unpack(raw)[0])
+
+
+def _old_time(raw: bytes) -> str:
+    return V.old_time_text(int.from_bytes(raw, "little", signed=True))
+
+
+def _old_datetime(raw: bytes) -> str:
+    return V.old_datetime_text(int.from_bytes(raw, "little"))
+
+
+def _big_endian(raw: bytes) -> int:
+    return int.from_bytes(raw, "big")
+
+
+def _plan_op(col: Column) -> tuple[int, tuple]:
+    """The C opcode and params decoding one non-NULL value of ``col``: the same value as :func:`_column_lines`."""
+    t, m, i = col.type, col.meta, col.index
+    if t in _INT_FORMATS or t == T.INT24:
+        return C.OP_INT, ({T.TINY: 1, T.SHORT: 2, T.INT24: 3, T.LONG: 4, T.LONGLONG: 8}[t], not col.unsigned)
+    if t == T.FLOAT:
+        return C.OP_FIXED_CALL, (4, _float_value)
+    simple = {T.DOUBLE: C.OP_DOUBLE, T.YEAR: C.OP_YEAR, T.DATE: C.OP_DATE, T.NEWDATE: C.OP_DATE,
+              T.TIMESTAMP: C.OP_TIMESTAMP}
+    if t in simple:
+        return simple[t], ()
+    if t == T.TIME:
+        return C.OP_FIXED_CALL, (3, _old_time)
+    if t == T.DATETIME:
+        return C.OP_FIXED_CALL, (8, _old_datetime)
+    if t in (T.TIME2, T.DATETIME2, T.TIMESTAMP2):
+        fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
+        return {T.TIME2: C.OP_TIME2, T.DATETIME2: C.OP_DATETIME2, T.TIMESTAMP2: C.OP_TIMESTAMP2}[t], (fsp,)
+    if t == T.NEWDECIMAL:
+        prec, scale = m
+        if not (0 < prec <= 65 and 0 <= scale <= min(prec, 30)):
+            return C.OP_RAISE, (f"invalid DECIMAL({prec},{scale})",)
+        # values.decimal_decoder keeps the sign of a zero with 9+ fraction digits; the inline form never does.
+        inline = prec <= 18 and scale and prec - scale <= 9 and scale <= 9
+        return C.OP_DECIMAL, (prec, scale, bool(inline or scale < 9))
+    if t == T.BIT:
+        bits, nbytes = m
+        size = (nbytes * 8 + bits + 7) // 8
+        return (C.OP_BIT, (size,)) if size <= 8 else (C.OP_FIXED_CALL, (size, _big_endian))
+    if t == T.ENUM:
+        names = ("",) + col.enum_values if col.enum_values is not None else None
+        return C.OP_ENUM, (m if m in (1, 2) else 1, names)
+    if t == T.SET:
+        return C.OP_SET, (m if 1 <= m <= 8 else 1, col.set_values)
+    if t == T.STRING and col.collation == BINARY_COLLATION:
+        return C.OP_BYTES_CALL, (1 if m < 256 else 2, _bind(V.padded_base64, length=m))
+    prefix = None
+    if t in (T.VARCHAR, T.VAR_STRING, T.STRING):
+        prefix = 1 if m < 256 else 2
+    elif t in BLOB_TYPES:
+        prefix = m if m in (1, 2, 3, 4) else 4
+    if prefix is not None:
+        codec = codec_for_collation(col.collation)
+        if col.collation is None:
+            return C.OP_BYTES_CALL, (prefix, V.text_or_base64)
+        if col.collation == BINARY_COLLATION or codec is None:
+            return C.OP_BYTES_CALL, (prefix, V.base64_text)
+        return C.OP_TEXT, (prefix, codec)
+    prefix = m if m in (1, 2, 3, 4) else 4
+    if t == T.GEOMETRY:
+        return C.OP_BYTES_CALL, (prefix, V.base64_text)
+    if t == T.VECTOR:
+        return C.OP_BYTES_CALL, (prefix, V.vector_value)
+    if t == T.JSON:
+        return C.OP_JSON, (prefix, i, decode_json, decode_json_diff)
+    if t == T.NULL:
+        return C.OP_NONE, ()
+    return C.OP_RAISE, (f"column {col.label!r} has type {int(t)}, which cannot appear in a row image",)
+
+
+def image_plan(columns: tuple[Column, ...], present: list[int]) -> tuple:
+    """The C extension's plan for an image holding the columns at ``present``.
+
+    One ``(opcode, nullable, params, key)`` per present column (see :mod:`protocol._rowimage`).
+    """
+    return tuple((op, columns[idx].nullable, params, columns[idx].label)
+                 for idx in present for op, params in (_plan_op(columns[idx]),))
+
+
+def decode_rows(first: ImageDecoder, second: ImageDecoder | None, data: bytes, out: list) -> None:
+    """Append every row image of ``data`` to ``out`` (``(before, after)`` pairs when ``second`` is given).
+
+    Rows decoded before an error stay in ``out``, so the caller can say which row failed.
+
+    Raises:
+        EventDecodeError: malformed rows, or an image that holds no column.
+    """
+    if C is not None and type(first) is C.Image and (second is None or type(second) is C.Image):
+        C.decode_rows(first, second, data, out)
+        return
+    pos, end, append = 0, len(data), out.append
+    if second is None:
+        while pos < end:
+            row, new_pos = first(data, pos, _NO_PARTIAL)
+            if new_pos == pos:
+                raise EventDecodeError("row image is empty (no column present): the event cannot hold rows")
+            append(row)
+            pos = new_pos
+    else:
+        while pos < end:
+            start = pos
+            before, pos = first(data, pos, _NO_PARTIAL)
+            after, pos = second(data, pos, _NO_PARTIAL)
+            if pos == start:
+                raise EventDecodeError("row images are empty (no column present): the event cannot hold rows")
+            append((before, after))
+
+
+_NO_PARTIAL: frozenset = frozenset()
+
+
 class TableCodec:
     """Row decoding for one TABLE_MAP: compiled image decoders, cached by presence bitmap.
 
@@ -223,9 +371,13 @@ class TableCodec:
 
     def image(self, present_bits: int, null_offset: int = 0) -> ImageDecoder:
         """The compiled decoder for an image whose present columns are ``present_bits`` (LSB = column 1)."""
-        key = (present_bits, null_offset)
+        key = (present_bits, null_offset, _speedups)
         fn = self._images.get(key)
         if fn is None:
             present = [i for i in range(len(self.columns)) if present_bits >> i & 1]
-            fn = self._images[key] = compile_image(self.columns, present, null_offset)
+            if _speedups:
+                fn = C.Image(image_plan(self.columns, present), null_offset)
+            else:
+                fn = compile_image(self.columns, present, null_offset)
+            self._images[key] = fn
         return fn

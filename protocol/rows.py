@@ -10,6 +10,7 @@ from .constants import EventType as ET
 from .errors import EventDecodeError
 from .primitives import U16, need, packed_int, packed_len, take
 from .rowcodec import TableCodec
+from .rowcodec import decode_rows as decode_images
 
 _KIND = {}
 for _t in (ET.PRE_GA_WRITE_ROWS, ET.WRITE_ROWS_V1, ET.WRITE_ROWS, ET.WRITE_ROWS_COMPRESSED_V1,
@@ -81,22 +82,15 @@ def _decode_rows(codec: TableCodec, kind: str, data: bytes, present_before: int,
     first = codec.image(present_before, null_offset)
     second = codec.image(present_after if present_after is not None else present_before, null_offset)
     out = []
-    pos, end = 0, len(data)
     try:
-        if kind != "update":
-            while pos < end:
-                row, new_pos = first(data, pos, _NO_PARTIAL)
-                if new_pos == pos:
-                    raise EventDecodeError("row image is empty (no column present): the event cannot hold rows")
-                out.append(row)
-                pos = new_pos
+        if not partial:
+            decode_images(first, second if kind == "update" else None, data, out)
         else:
+            pos, end = 0, len(data)
             while pos < end:
                 start = pos
                 before, pos = first(data, pos, _NO_PARTIAL)
-                partial_cols = _NO_PARTIAL
-                if partial:
-                    partial_cols, pos = _partial_columns(codec, data, pos)
+                partial_cols, pos = _partial_columns(codec, data, pos)
                 after, pos = second(data, pos, partial_cols)
                 if pos == start:
                     raise EventDecodeError("row images are empty (no column present): the event cannot hold rows")

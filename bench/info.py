@@ -1,0 +1,100 @@
+"""``binlogd info`` benchmark (issue 7): seeking must not grow with the file's size.
+
+``python -m bench.info [--gib 1.0] [--json]``: a throwaway MariaDB writes one binlog of about
+``--gib`` GiB (1 MiB LONGBLOB rows generated server-side), and a small one (about 2 MB), each
+closed by a ROTATE (FLUSH BINARY LOGS). For each file it times, best of 5:
+
+(a) ``binlogd.filetools.info`` (the seek path: FDE and first events, then the closing ROTATE
+    and the last GTID found from the end);
+(b) a full header walk: every event header read with pread, as a peer tool that scans would do
+    (what ``info`` falls back to, ``method: "scan"``, for files that do not end with ROTATE/STOP).
+
+It checks both give the same last GTID and end time, and prints the times, the ratio walk/info,
+and how info's time changed from the small file to the large one (it should not grow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from bench.decode import log, machine
+from binlogd import filetools
+from binlogd.localserver import LocalServer
+
+_BLOB = 1 << 20
+
+
+def header_walk(path) -> tuple[int, int | None]:
+    """Read every event header; return (events, last timestamp)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size, pos, n, last_ts = os.fstat(fd).st_size, 4, 0, None
+        while pos + 19 <= size:
+            head = os.pread(fd, 19, pos)
+            length = int.from_bytes(head[9:13], "little")
+            if length < 19:
+                break
+            last_ts, n, pos = int.from_bytes(head[:4], "little"), n + 1, pos + length
+        return n, last_ts
+    finally:
+        os.close(fd)
+
+
+def _best(fn, *args, repeat: int = 5):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gib", type=float, default=1.0, help="size of the large binlog")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = max(1, int(args.gib * (1 << 30) / _BLOB))
+    with LocalServer(extra_args=["--max-binlog-size=1073741824", "--max-allowed-packet=64M",
+                                 "--binlog-row-metadata=FULL"]) as srv:
+        srv.sql("CREATE DATABASE b")
+        srv.sql("CREATE TABLE b.t (id INT PRIMARY KEY, v LONGBLOB)")
+        srv.sql("INSERT INTO b.t SELECT seq, REPEAT('s', 1000) FROM seq_1_to_2000", database="b")
+        srv.sql("FLUSH BINARY LOGS")
+        log(f"writing {rows} rows of 1 MiB ...")
+        for start in range(0, rows, 64):
+            stop = min(rows, start + 64)
+            srv.sql(f"INSERT INTO b.t SELECT 10000 + seq, REPEAT('x', {_BLOB}) FROM seq_{start + 1}_to_{stop}",
+                    database="b")
+        srv.sql("FLUSH BINARY LOGS")
+        files = srv.binlog_files()
+        small, large = files[-3], files[-2]
+        report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "files": []}
+        for path in (small, large):
+            t_info, result = _best(filetools.info, path)
+            t_walk, (events, last_ts) = _best(header_walk, path)
+            if result.method != "seek" or result.end_time != last_ts:
+                raise SystemExit(f"{path.name}: info says {result.method}, end {result.end_time}; walk says {last_ts}")
+            report["files"].append({"file": path.name, "bytes": path.stat().st_size, "events": events,
+                                    "info_seconds": t_info, "walk_seconds": t_walk})
+    s, big = report["files"]
+    report["info_growth_large_vs_small"] = big["info_seconds"] / s["info_seconds"]
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"info benchmark, {report['date']}, {report['machine']['cpu']} ({report['machine']['cores']} cores)")
+    for f in report["files"]:
+        ms_info, ms_walk = f["info_seconds"] * 1e3, f["walk_seconds"] * 1e3
+        print(f"  {f['file']}: {f['bytes'] / 1e6:9.1f} MB, {f['events']:6d} events: info {ms_info:7.2f} ms"
+              f"  header walk {ms_walk:8.2f} ms  (walk/info {ms_walk / ms_info:.0f}x)")
+    print(f"  info time, large file / small file: {report['info_growth_large_vs_small']:.2f}x "
+          f"for {big['bytes'] / s['bytes']:.0f}x the bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
