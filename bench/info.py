@@ -1,8 +1,8 @@
 """``binlogd info`` benchmark (issue 7): seeking must not grow with the file's size.
 
-``python -m bench.info [--gib 1.0] [--json]``: a throwaway MariaDB writes one binlog of about
-``--gib`` GiB (1 MiB LONGBLOB rows generated server-side), and a small one (about 2 MB), each
-closed by a ROTATE (FLUSH BINARY LOGS). For each file it times, best of 5:
+``python -m bench.info [--gib 1.0] [--json]``: a throwaway MariaDB writes a small binlog (about
+2 MB) and one of about ``--gib`` GiB, made of the same 1000-row transactions (generated
+server-side), each closed by a ROTATE (FLUSH BINARY LOGS). For each file it times, best of 5:
 
 (a) ``binlogd.filetools.info`` (the seek path: FDE and first events, then the closing ROTATE
     and the last GTID found from the end);
@@ -25,7 +25,15 @@ from bench.decode import log, machine
 from binlogd import filetools
 from binlogd.localserver import LocalServer
 
-_BLOB = 1 << 20
+_ROW_BYTES = 260   # binlog bytes per row of b.t (an INT and 240 characters)
+_TXN_ROWS = 1000
+
+
+def _fill(srv: LocalServer, first: int, rows: int) -> None:
+    """``rows`` rows in 1000-row transactions, generated server-side (sequence engine)."""
+    for start in range(first, first + rows, _TXN_ROWS):
+        stop = min(first + rows, start + _TXN_ROWS) - 1
+        srv.sql(f"INSERT INTO b.t SELECT seq, REPEAT('x', 240) FROM seq_{start}_to_{stop}", database="b")
 
 
 def header_walk(path) -> tuple[int, int | None]:
@@ -58,21 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gib", type=float, default=1.0, help="size of the large binlog")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    rows = max(1, int(args.gib * (1 << 30) / _BLOB))
-    with LocalServer(extra_args=["--max-binlog-size=1073741824", "--max-allowed-packet=64M",
-                                 "--binlog-row-metadata=FULL"]) as srv:
+    rows = max(1000, int(args.gib * (1 << 30) / _ROW_BYTES))
+    with LocalServer(extra_args=["--max-binlog-size=1073741824", "--binlog-row-metadata=FULL"]) as srv:
         srv.sql("CREATE DATABASE b")
-        srv.sql("CREATE TABLE b.t (id INT PRIMARY KEY, v LONGBLOB)")
-        srv.sql("INSERT INTO b.t SELECT seq, REPEAT('s', 1000) FROM seq_1_to_2000", database="b")
+        srv.sql("CREATE TABLE b.t (id INT PRIMARY KEY, v VARCHAR(255))")
+        _fill(srv, 1, 8000)  # the small file: the same transactions, a few MB
         srv.sql("FLUSH BINARY LOGS")
-        log(f"writing {rows} rows of 1 MiB ...")
-        for start in range(0, rows, 64):
-            stop = min(rows, start + 64)
-            srv.sql(f"INSERT INTO b.t SELECT 10000 + seq, REPEAT('x', {_BLOB}) FROM seq_{start + 1}_to_{stop}",
-                    database="b")
+        log(f"writing {rows} rows ({args.gib} GiB of binlog) ...")
+        _fill(srv, 10_000_001, rows)
         srv.sql("FLUSH BINARY LOGS")
         files = srv.binlog_files()
-        small, large = files[-3], files[-2]
+        small, large = files[0], max(files, key=lambda p: p.stat().st_size)
         report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "files": []}
         for path in (small, large):
             t_info, result = _best(filetools.info, path)

@@ -156,7 +156,7 @@ class _Tail:
 
         A candidate start q must have length == end - q and next_position == end
         (and a type in ``types`` when given); with CRC32 its checksum must verify too.
-        Reads further back (doubling) until found, ``limit`` bytes were searched, or offset 4.
+        Reads further back (the buffer doubles) until found, ``limit`` bytes were searched, or offset 4.
         """
         needle = end.to_bytes(4, "little")  # an event ending at ``end`` has next_position == end
         next_q = end - 19  # the highest start not yet tried
@@ -175,7 +175,7 @@ class _Tail:
                     continue
                 return self.lo + q
             next_q = min(next_q, self.lo - 1)
-            if end - self.lo >= limit or not self.extend(max(4096, end - self.lo)):
+            if end - self.lo >= limit or not self.extend(max(4096, self.end - self.lo)):  # geometric growth
                 return None
 
 
