@@ -25,6 +25,7 @@ from protocol.decoder import Decoder
 from protocol.errors import ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
 from protocol.serialize import change_events
 
+from . import systemd
 from .checkpoint import Checkpoint, CheckpointError, CheckpointStore
 from .metrics import Metrics, MetricsServer
 from .position import Position, PositionTracker
@@ -63,6 +64,7 @@ class Daemon:
         self._schema: SchemaCache | None = None
         self._checkpoint: Checkpoint | None = None
         self.metrics_server: MetricsServer | None = None  # set by run(); .port is the bound port
+        self._progress = time.monotonic()  # last pass of the read/commit loops (systemd watchdog)
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> int:
@@ -87,15 +89,35 @@ class Daemon:
         if self.cfg.metrics.listen:
             self.log.info("metrics on http://%s:%d/metrics", self.cfg.metrics.listen.rsplit(":", 1)[0], server.port)
         self._install_signals()
+        watchdog = self._start_watchdog()
         try:
             return await self._loop()
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             self.metrics.set_up(False)
             self.sink.close()
             if self._schema is not None:
                 await self._schema.close()
             self.store.release()
             server.stop()
+
+    def _start_watchdog(self) -> asyncio.Task | None:
+        """systemd's watchdog (``WatchdogSec``): ping at half the interval while the loops make progress."""
+        interval = systemd.watchdog_interval()
+        if interval is None:
+            return None
+        if interval < 4 * self.cfg.source.heartbeat_seconds:
+            self.log.warning("WatchdogSec (%.0fs) is under 4 x source.heartbeat_seconds: a quiet primary may "
+                             "look like a hung daemon", interval)
+
+        async def ping() -> None:
+            while True:
+                if time.monotonic() - self._progress < interval:
+                    systemd.notify("WATCHDOG=1")
+                await asyncio.sleep(interval / 2)
+
+        return asyncio.create_task(ping())
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -105,7 +127,7 @@ class Daemon:
                 self.log.warning("second %s: exiting now", signal.Signals(signum).name)
                 raise SystemExit(128 + signum)
             self.log.info("%s: finishing the current transaction, then stopping", signal.Signals(signum).name)
-            self.stopping.set()
+            self.stop()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -115,12 +137,14 @@ class Daemon:
 
     def stop(self) -> None:
         """Ask the daemon to stop at the next transaction boundary."""
+        systemd.notify("STOPPING=1")
         self.stopping.set()
 
     async def _loop(self) -> int:
         rc = self.cfg.reconnect
         delay, attempts = rc.initial_seconds, 0
         while not self.stopping.is_set():
+            self._progress = time.monotonic()
             sessions_before = self.sessions
             try:
                 await self._session()
@@ -145,6 +169,7 @@ class Daemon:
                     return EXIT_CHECKPOINT
                 self.log.error("%s; checkpoint stays at %s, retrying in %.1fs", exc, self._where(), delay)
             self.metrics.set_up(False)
+            systemd.notify(f"STATUS=reconnecting in {delay:.1f}s")
             if self.sessions > sessions_before:  # it did stream: start the backoff over
                 delay, attempts = rc.initial_seconds, 0
             attempts += 1
@@ -185,6 +210,8 @@ class Daemon:
                           position.file, position.pos,
                           f"GTID {position.gtid_set or position.gtid_list}" if self.resume_gtid else "file/pos")
             self.metrics.set_up(True)
+            status = f"STATUS=streaming from {info.flavor} {info.version_text} at {position.file}:{position.pos}"
+            systemd.notify(f"READY=1\n{status}" if self.sessions == 1 else status)
             decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0, schema_source=self._schema_lookup())
             queue: asyncio.Queue = asyncio.Queue(cfg.daemon.queue_events)
             reader = asyncio.create_task(self._read(conn, queue))
@@ -278,6 +305,7 @@ class Daemon:
     async def _consume(self, queue: asyncio.Queue, decoder: Decoder) -> None:
         deadline = None
         while True:
+            self._progress = time.monotonic()
             if self.stopping.is_set():
                 if not self.tracker.in_transaction:
                     break

@@ -31,3 +31,11 @@ if ! _have_server; then
         echo "or set BINLOGD_MYSQLD to a mariadbd/mysqld binary; server tests will be skipped otherwise" >&2
     fi
 fi
+
+# promtool checks the Prometheus alert rules (deploy/prometheus); Debian ships it in "prometheus".
+if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "promtool not found: installing prometheus with apt-get (for the alert-rule tests)" >&2
+    (apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
+        || { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; }) \
+        || echo "could not install prometheus: the promtool tests will be skipped" >&2
+fi

@@ -1,0 +1,147 @@
+"""Commit-to-sink latency benchmark (issue 7).
+
+``python -m bench.latency [--rate 1000] [--seconds 5] [--json]``: a throwaway MariaDB; a writer
+commits single-row transactions at ``--rate`` per second and notes when each COMMIT returned.
+In the same run:
+
+(a) **binlogd** (the daemon in-process, JSON-lines sink, fsync on commit): latency = when the
+    change event is readable in the sink file (after the sink's fsync) minus the COMMIT time;
+(b) **python-mysql-replication** (blocking ``BinLogStreamReader`` in a thread): latency = when
+    the peer hands the row to Python (nothing made durable) minus the COMMIT time.
+
+Prints p50/p99/max for each and the ratio of p99s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.decode import log, machine
+from binlogd.localserver import LocalServer
+from daemon.config import load_config
+from daemon.service import Daemon
+
+
+def _writer(srv: LocalServer, rate: float, seconds: float, commits: dict, start: threading.Event) -> None:
+    start.wait()
+    with srv.connect(database="l") as conn, conn.cursor() as cur:
+        interval, t0, i = 1.0 / rate, time.monotonic(), 0
+        while time.monotonic() - t0 < seconds:
+            i += 1
+            cur.execute("INSERT INTO t VALUES (%s, 'x')", (i,))
+            conn.commit()
+            commits[i] = time.monotonic()
+            delay = t0 + i * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+
+def _tail_sink(directory: Path, seen: dict, stop: threading.Event) -> None:
+    offsets: dict[Path, int] = {}
+    while not stop.is_set():
+        for path in sorted(directory.glob("changes-*.jsonl")):
+            with open(path, "rb") as fh:
+                fh.seek(offsets.get(path, 0))
+                data = fh.read()
+            end = data.rfind(b"\n") + 1
+            if end:
+                now = time.monotonic()
+                for line in data[:end].splitlines():
+                    seen.setdefault(json.loads(line)["after"]["id"], now)
+                offsets[path] = offsets.get(path, 0) + end
+        time.sleep(0.0005)
+
+
+def _peer(srv: LocalServer, seen: dict, stop: threading.Event, ready: threading.Event) -> None:
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    stream = BinLogStreamReader(connection_settings={"host": "127.0.0.1", "port": srv.port, "user": srv.user,
+                                                     "passwd": srv.password},
+                                server_id=4243, only_events=[WriteRowsEvent], resume_stream=True, blocking=True)
+    ready.set()
+    try:
+        for event in stream:
+            now = time.monotonic()
+            for row in event.rows:
+                seen.setdefault(row["values"]["id"], now)
+            if stop.is_set():
+                break
+    finally:
+        stream.close()
+
+
+def _stats(commits: dict, seen: dict) -> dict:
+    lat = sorted((seen[i] - t) * 1000 for i, t in commits.items() if i in seen)
+    if len(lat) != len(commits):
+        raise SystemExit(f"only {len(lat)} of {len(commits)} commits were seen")
+    return {"n": len(lat), "p50_ms": statistics.median(lat), "p99_ms": lat[int(len(lat) * 0.99) - 1],
+            "max_ms": lat[-1]}
+
+
+async def _run(srv: LocalServer, args, workdir: Path) -> dict:
+    config = load_config(None, env={}, overrides={
+        "source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
+        "source.password": srv.repl_password, "checkpoint.path": str(workdir / "cp.json"),
+        "sink.path": str(workdir / "out"), "metrics.listen": ""})
+    daemon = Daemon(config)
+    task = asyncio.create_task(daemon.run())
+    while daemon._durable is None:
+        await asyncio.sleep(0.01)
+    commits, ours, theirs = {}, {}, {}
+    stop, start, peer_ready = threading.Event(), threading.Event(), threading.Event()
+    threads = [threading.Thread(target=_tail_sink, args=(workdir / "out", ours, stop), daemon=True),
+               threading.Thread(target=_peer, args=(srv, theirs, stop, peer_ready), daemon=True)]
+    for t in threads:
+        t.start()
+    peer_ready.wait(10)
+    start.set()
+    await asyncio.to_thread(_writer, srv, args.rate, args.seconds, commits, start)
+    deadline = time.monotonic() + 30
+    while (len(ours) < len(commits) or len(theirs) < len(commits)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    stop.set()
+    srv.sql("INSERT INTO l.t VALUES (0, 'wake the peer')")
+    daemon.stop()
+    await task
+    return {"binlogd": _stats(commits, ours), "python-mysql-replication": _stats(commits, theirs),
+            "achieved_rate": len(commits) / args.seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as srv, \
+            tempfile.TemporaryDirectory(prefix="binlogd-latency-") as tmp:
+        srv.sql("CREATE DATABASE l")
+        srv.sql("CREATE TABLE l.t (id BIGINT PRIMARY KEY, v VARCHAR(16))")
+        log(f"writing {args.rate:g} transactions/s for {args.seconds:g}s ...")
+        result = asyncio.run(_run(srv, args, Path(tmp)))
+    result.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine=machine())
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"latency benchmark, {result['date']}, {result['machine']['cpu']} ({result['machine']['cores']} cores), "
+          f"{result['achieved_rate']:.0f} transactions/s")
+    for name in ("binlogd", "python-mysql-replication"):
+        r = result[name]
+        print(f"  {name:<26} p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
+              f"max {r['max_ms']:7.2f} ms  (n={r['n']})")
+    ratio = result["python-mysql-replication"]["p99_ms"] / result["binlogd"]["p99_ms"]
+    print(f"  p99 python-mysql-replication / binlogd: {ratio:.2f}x  (binlogd's figure includes fsync)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
