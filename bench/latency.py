@@ -1,7 +1,7 @@
 """Commit-to-sink latency benchmark (issue 7).
 
 ``python -m bench.latency [--rate 1000] [--seconds 5] [--json]``: a throwaway MariaDB; a writer
-commits single-row transactions at ``--rate`` per second and notes when each COMMIT returned.
+commits single-row transactions at ``--rate`` per second and notes when each COMMIT was sent.
 In the same run:
 
 (a) **binlogd** (the daemon in-process, JSON-lines sink, fsync on commit): latency = when the
@@ -37,8 +37,9 @@ def _writer(srv: LocalServer, rate: float, seconds: float, commits: dict, start:
         while time.monotonic() - t0 < seconds:
             i += 1
             cur.execute("INSERT INTO t VALUES (%s, 'x')", (i,))
+            sent = time.monotonic()  # a reader may see the row before COMMIT's reply arrives
             conn.commit()
-            commits[i] = time.monotonic()
+            commits[i] = sent
             delay = t0 + i * interval - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
@@ -64,9 +65,12 @@ def _peer(srv: LocalServer, seen: dict, stop: threading.Event, ready: threading.
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import WriteRowsEvent
 
+    # An explicit start: the peer connects lazily, on its first iteration, maybe after the writer began.
+    file, pos = srv.sql("SHOW MASTER STATUS")[0][:2]
     stream = BinLogStreamReader(connection_settings={"host": "127.0.0.1", "port": srv.port, "user": srv.user,
                                                      "passwd": srv.password},
-                                server_id=4243, only_events=[WriteRowsEvent], resume_stream=True, blocking=True)
+                                server_id=4243, only_events=[WriteRowsEvent], resume_stream=True, blocking=True,
+                                log_file=file, log_pos=int(pos))
     ready.set()
     try:
         for event in stream:
@@ -79,10 +83,11 @@ def _peer(srv: LocalServer, seen: dict, stop: threading.Event, ready: threading.
         stream.close()
 
 
-def _stats(commits: dict, seen: dict) -> dict:
+def _stats(commits: dict, seen: dict, who: str) -> dict:
     lat = sorted((seen[i] - t) * 1000 for i, t in commits.items() if i in seen)
     if len(lat) != len(commits):
-        raise SystemExit(f"only {len(lat)} of {len(commits)} commits were seen")
+        missing = sorted(set(commits) - set(seen))
+        raise SystemExit(f"{who} saw only {len(lat)} of {len(commits)} commits (missing ids {missing[:20]})")
     return {"n": len(lat), "p50_ms": statistics.median(lat), "p99_ms": lat[int(len(lat) * 0.99) - 1],
             "max_ms": lat[-1]}
 
@@ -112,7 +117,8 @@ async def _run(srv: LocalServer, args, workdir: Path) -> dict:
     srv.sql("INSERT INTO l.t VALUES (0, 'wake the peer')")
     daemon.stop()
     await task
-    return {"binlogd": _stats(commits, ours), "python-mysql-replication": _stats(commits, theirs),
+    return {"binlogd": _stats(commits, ours, "binlogd"),
+            "python-mysql-replication": _stats(commits, theirs, "python-mysql-replication"),
             "achieved_rate": len(commits) / args.seconds}
 
 
