@@ -16,6 +16,7 @@ Every wait has a deadline; none sleeps without one.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime as dt
@@ -32,6 +33,8 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from pathlib import Path
+
+from daemon.service import Daemon
 
 REPO = Path(__file__).resolve().parents[2]
 _SCRIPT = Path(sys.executable).parent / "binlogd"
@@ -507,3 +510,53 @@ def metric(samples: dict, name: str, **labels) -> float | None:
     want = set(labels.items())
     found = [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
     return sum(found) if found else None
+
+
+class InProcessDaemon:
+    """A Daemon on its own event loop in a thread; ``stop()`` returns its exit code."""
+
+    def __init__(self, config, metrics=None):
+        self.daemon = Daemon(config, metrics=metrics)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.rc: int | None = None
+        self.error: BaseException | None = None
+        self._started = threading.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True, name="binlogd-inprocess")
+
+    def _main(self) -> None:
+        async def go():
+            self.loop = asyncio.get_running_loop()
+            self._started.set()
+            return await self.daemon.run()
+
+        try:
+            self.rc = asyncio.run(go())
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            self.error = exc
+        finally:
+            self._started.set()
+
+    def start(self) -> InProcessDaemon:
+        self.thread.start()
+        assert self._started.wait(10), "the in-process daemon's loop did not start"
+        return self
+
+    def wait_streaming(self, timeout: float = 60.0) -> None:
+        def streaming():
+            if not self.thread.is_alive():
+                raise AssertionError(f"daemon ended (rc={self.rc}, error={self.error!r}) before streaming")
+            return self.daemon.sessions >= 1
+
+        deadline = time.monotonic() + timeout
+        while not streaming():
+            assert time.monotonic() < deadline, f"the daemon is not streaming after {timeout}s"
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.loop is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.daemon.stop)
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the in-process daemon did not stop within {timeout}s"
+        if self.error is not None:
+            raise self.error
+        return self.rc

@@ -8,17 +8,15 @@ the test binds a port that was free a moment ago (``free_port()``) instead.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
 
 from binlogd.localserver import free_port
 from daemon.config import load_config
-from daemon.metrics import Metrics
-from daemon.service import EXIT_OK, Daemon
+from daemon.service import EXIT_OK
 from tests.integration.daemon_helpers import (
+    InProcessDaemon,
     base_overrides,
     master_status,
     metric,
@@ -29,45 +27,6 @@ from tests.integration.daemon_helpers import (
 )
 
 pytestmark = pytest.mark.server
-
-
-class InProcessDaemon:
-    """A Daemon on its own event loop in a thread; ``stop()`` asks it to stop and returns its exit code."""
-
-    def __init__(self, config, metrics: Metrics | None = None):
-        self.daemon = Daemon(config, metrics=metrics)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.rc: int | None = None
-        self.error: BaseException | None = None
-        self._started = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True, name="binlogd-inprocess")
-
-    def _main(self) -> None:
-        async def go():
-            self.loop = asyncio.get_running_loop()
-            self._started.set()
-            return await self.daemon.run()
-
-        try:
-            self.rc = asyncio.run(go())
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
-            self.error = exc
-        finally:
-            self._started.set()
-
-    def start(self) -> InProcessDaemon:
-        self.thread.start()
-        assert self._started.wait(10)
-        return self
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        if self.loop is not None and self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.daemon.stop)
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the in-process daemon did not stop"
-        if self.error is not None:
-            raise self.error
-        return self.rc
 
 
 def test_metrics_match_the_writes(mariadb, fresh_db, tmp_path):

@@ -20,8 +20,6 @@ Only :mod:`daemon_helpers` functions that take the server as an argument are use
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 import uuid
 from collections import Counter
@@ -29,7 +27,7 @@ from collections import Counter
 import pytest
 
 from daemon.config import load_config
-from daemon.service import EXIT_OK, Daemon
+from daemon.service import EXIT_OK
 from daemon.source import SourceConnection
 from protocol.gtid import MysqlGtidSet
 from tests.integration.daemon_helpers import (
@@ -41,58 +39,9 @@ from tests.integration.daemon_helpers import (
     read_checkpoint,
     replay,
 )
+from tests.integration.daemon_helpers import InProcessDaemon as InProcess
 
 pytestmark = pytest.mark.server
-
-
-class InProcess:
-    """A Daemon on its own event loop in a thread; ``stop()`` returns its exit code."""
-
-    def __init__(self, config):
-        self.daemon = Daemon(config)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.rc: int | None = None
-        self.error: BaseException | None = None
-        self._started = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True, name="binlogd-mysql84")
-
-    def _main(self) -> None:
-        async def go():
-            self.loop = asyncio.get_running_loop()
-            self._started.set()
-            return await self.daemon.run()
-
-        try:
-            self.rc = asyncio.run(go())
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
-            self.error = exc
-        finally:
-            self._started.set()
-
-    def start(self) -> InProcess:
-        self.thread.start()
-        assert self._started.wait(10), "the in-process daemon's loop did not start"
-        return self
-
-    def wait_streaming(self, timeout: float = 60.0) -> None:
-        def streaming():
-            if not self.thread.is_alive():
-                raise AssertionError(f"daemon ended (rc={self.rc}, error={self.error!r}) before streaming")
-            return self.daemon.sessions >= 1
-
-        deadline = time.monotonic() + timeout
-        while not streaming():
-            assert time.monotonic() < deadline, f"the daemon is not streaming after {timeout}s"
-            time.sleep(0.05)
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        if self.loop is not None and self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.daemon.stop)
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"the in-process daemon did not stop within {timeout}s"
-        if self.error is not None:
-            raise self.error
-        return self.rc
 
 
 @pytest.fixture
