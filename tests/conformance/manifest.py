@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from tests.conftest import CORPUS
@@ -178,3 +179,27 @@ def raw_headers(data: bytes) -> tuple[list[RawHeader], int | None]:
         out.append(RawHeader(pos, ts, tc, sid, length, nxt, flags))
         pos += length
     return out, None
+
+
+def ids(entries) -> list[str]:
+    """Test ids: the entries' corpus paths."""
+    return [e.path for e in entries]
+
+
+def entry(path: str) -> Entry:
+    """The manifest entry of ``path`` (the test is skipped when the manifest lacks it)."""
+    import pytest
+
+    found = _BY_PATH.get(path)
+    if found is None:
+        pytest.skip(f"{path} not in MANIFEST.md")
+    return found
+
+
+@lru_cache(maxsize=None)
+def data(path: str) -> bytes:
+    """A corpus file's bytes (read once per test session)."""
+    return (CORPUS / path).read_bytes()
+
+
+_BY_PATH = {e.path: e for e in entries_or_empty()}

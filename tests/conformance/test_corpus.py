@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from protocol import events as E
-from protocol.errors import BinlogError, ChecksumError, EventDecodeError, TruncatedError
+from protocol.errors import BinlogError, ChecksumError, EventDecodeError
 from protocol.gtid import MysqlGtidSet
 from protocol.reader import EventReader, iter_events
 
@@ -37,19 +37,7 @@ POSITIVE = [e for e in ENTRIES if not e.negative and e.path not in EXCEPTIONS]
 NEGATIVE = [e for e in ENTRIES if e.negative]
 
 
-def _ids(entries):
-    return [e.path for e in entries]
-
-
-def _entry(path: str) -> M.Entry:
-    if path not in BY_PATH:
-        pytest.skip(f"{path} not in MANIFEST.md")
-    return BY_PATH[path]
-
-
-@lru_cache(maxsize=None)
-def _data(path: str) -> bytes:
-    return (M.CORPUS / path).read_bytes()
+_ids, _entry, _data = M.ids, M.entry, M.data
 
 
 def _materialise(event: E.Event) -> None:

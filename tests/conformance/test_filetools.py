@@ -36,19 +36,7 @@ _CHECKSUM = {"CRC32": "CRC32", "NONE": "NONE", "n/a": None}
 _ROTATE, _STOP = 4, 3
 
 
-def _ids(entries):
-    return [e.path for e in entries]
-
-
-def _entry(path: str) -> M.Entry:
-    if path not in BY_PATH:
-        pytest.skip(f"{path} not in MANIFEST.md")
-    return BY_PATH[path]
-
-
-@lru_cache(maxsize=None)
-def _data(path: str) -> bytes:
-    return (M.CORPUS / path).read_bytes()
+_ids, _entry, _data = M.ids, M.entry, M.data
 
 
 @lru_cache(maxsize=None)
