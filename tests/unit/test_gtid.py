@@ -18,9 +18,9 @@ from protocol.gtid import (
     MariadbGtid,
     MariadbGtidList,
     MysqlGtidSet,
-    decode_varlen,
     _encode_varlen,
     decode_mariadb_gtid_list,
+    decode_varlen,
 )
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
