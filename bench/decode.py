@@ -1,6 +1,6 @@
 """Decode benchmark (issue 7): binlogd against python-mysql-replication and mariadb-binlog.
 
-``python -m bench.decode [--rows N] [--json] [--profile]`` is the whole benchmark in one command:
+``python -m bench.decode [--rows N] [--json] [--profile] [--pure-python]`` is the whole benchmark in one command:
 
 1. starts a throwaway MariaDB (ROW format, FULL row image, FULL row metadata) with
    :class:`binlogd.localserver.LocalServer`;
@@ -10,7 +10,9 @@
 3. measures, in the same run and against the same log, best of ``--repeat`` (3) runs each:
 
    (a) **binlogd**: :func:`binlogd.filetools.dump_events` over every binlog file from disk,
-       every row value materialised (``RowsEvent.rows``);
+       every row value materialised (``RowsEvent.rows``), with the C row-image decoder
+       (``protocol._rowimage``) when it is built, or the generated Python decoders with
+       ``--pure-python`` (or ``BINLOGD_PURE_PYTHON=1``);
    (b) **python-mysql-replication** (the Python peer): ``BinLogStreamReader`` streaming the
        server's log from the first file over TCP, non-blocking, every row's values touched;
    (c) **mariadb-binlog** ``--base64-output=decode-rows -vv`` on the same files to /dev/null
@@ -246,7 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
     ap.add_argument("--profile", action="store_true",
                     help="also profile binlogd's path once with cProfile (top 15 by tottime)")
+    ap.add_argument("--pure-python", action="store_true",
+                    help="decode row images with the generated Python code, not the C extension")
     ns = ap.parse_args(argv)
+    from protocol import rowcodec
+
+    if ns.pure_python:
+        rowcodec.use_speedups(False)
+    row_decoder = "C extension (protocol._rowimage)" if rowcodec.speedups_enabled() else "generated Python"
     if ns.rows < 20:
         ap.error("--rows must be at least 20")
 
@@ -299,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "workload": {**expected, "row_changes": total, "txn_rows": TXN_ROWS,
                      "binlog_files": len(files), "binlog_bytes": nbytes},
         "runs": ns.repeat,
-        "binlogd": {"seconds": t_bd, "rows_per_s": n_bd / t_bd, "values": v_bd,
+        "binlogd": {"seconds": t_bd, "rows_per_s": n_bd / t_bd, "values": v_bd, "row_decoder": row_decoder,
                     "mode": "dump_events from disk (mmap), all rows materialised"},
         "python_mysql_replication": {"version": peer_version, "seconds": t_peer, "rows_per_s": n_peer / t_peer,
                                      "values": v_peer, "mode": "BinLogStreamReader over TCP, non-blocking"},
@@ -319,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         m = result["machine"]
         print(f"decode benchmark, {result['date']}, {m['cpu']} ({m['cores']} cores), "
               f"Python {m['python']}, {server_version}")
+        print(f"binlogd row decoder: {row_decoder}")
         print(f"workload: {expected['insert']} inserts, {expected['update']} updates, {expected['delete']} deletes "
               f"({total} row changes, {TXN_ROWS} rows/txn), {nbytes / 1e6:.1f} MB of binlog; best of {ns.repeat}")
         w = max(len(k) for k in ("binlogd", "python-mysql-replication", "mariadb-binlog"))

@@ -35,22 +35,21 @@ PyDoc_STRVAR(module_doc,
 "out. Every read is bounded: short or overrunning data raises\n"
 "protocol.errors.EventDecodeError.");
 
-enum {
-    OP_NONE, OP_INT, OP_DOUBLE, OP_YEAR, OP_DATE, OP_DATETIME2, OP_TIMESTAMP2, OP_TIME2,
-    OP_TIMESTAMP, OP_DECIMAL, OP_BIT, OP_ENUM, OP_SET, OP_TEXT, OP_BYTES_CALL, OP_FIXED_CALL,
-    OP_JSON, OP_RAISE, OP_COUNT
-};
-static const char *const OP_NAMES[OP_COUNT] = {
-    "OP_NONE", "OP_INT", "OP_DOUBLE", "OP_YEAR", "OP_DATE", "OP_DATETIME2", "OP_TIMESTAMP2", "OP_TIME2",
-    "OP_TIMESTAMP", "OP_DECIMAL", "OP_BIT", "OP_ENUM", "OP_SET", "OP_TEXT", "OP_BYTES_CALL",
-    "OP_FIXED_CALL", "OP_JSON", "OP_RAISE"};
+#define OPCODES(X) X(OP_NONE) X(OP_INT) X(OP_DOUBLE) X(OP_YEAR) X(OP_DATE) X(OP_DATETIME2) X(OP_TIMESTAMP2) \
+    X(OP_TIME2) X(OP_TIMESTAMP) X(OP_DECIMAL) X(OP_BIT) X(OP_ENUM) X(OP_SET) X(OP_TEXT) X(OP_BYTES_CALL) \
+    X(OP_FIXED_CALL) X(OP_JSON) X(OP_RAISE)
+#define AS_ENUM(name) name,
+#define AS_NAME(name) #name,
+enum { OPCODES(AS_ENUM) OP_COUNT };
+static const char *const OP_NAMES[OP_COUNT] = {OPCODES(AS_NAME)};
 
 static PyObject *EventDecodeError;  /* protocol.errors.EventDecodeError */
 
 typedef struct {
     int op, nullable, bit;  /* bit: the column's bit in the null bitmap */
-    int a, b, c;            /* width or prefix; signed, fsp or scale; precision or strip */
-    int flag;               /* OP_TEXT: the codec is UTF-8; OP_DECIMAL: print -0 as 0 */
+    int width;              /* bytes of a fixed-width value, -1 for the others */
+    int prefix;             /* bytes of the length prefix (OP_TEXT, OP_BYTES_CALL, OP_JSON), else 0 */
+    int arg, prec, flag;    /* signed, fsp or scale; DECIMAL precision; UTF-8 text or DECIMAL -0 as 0 */
     PyObject *key;          /* the row dict key */
     PyObject *obj;          /* names, codec, fn or message */
     PyObject *obj2;         /* OP_JSON: partial_fn */
@@ -61,7 +60,7 @@ typedef struct {
 typedef struct {
     PyObject_VAR_HEAD       /* ob_size: number of columns */
     Py_ssize_t nbytes;      /* null bitmap bytes */
-    Col cols[1];
+    Col cols[];             /* one per present column */
 } Image;
 
 typedef struct {
@@ -71,14 +70,17 @@ typedef struct {
 
 /* ------------------------------------------------------------------ bounded reads */
 
-static int
-need(const Buf *b, Py_ssize_t n, const Col *c)
+/* The next n bytes, or NULL with EventDecodeError when fewer are left. */
+static const unsigned char *
+take(Buf *b, Py_ssize_t n, const Col *c)
 {
-    if (n <= b->len - b->pos)
-        return 0;
-    PyErr_Format(EventDecodeError, "column %R needs %zd bytes at row offset %zd, only %zd left",
-                 c->key, n, b->pos, b->len - b->pos);
-    return -1;
+    if (n > b->len - b->pos) {
+        PyErr_Format(EventDecodeError, "column %R needs %zd bytes at row offset %zd, only %zd left",
+                     c->key, n, b->pos, b->len - b->pos);
+        return NULL;
+    }
+    b->pos += n;
+    return b->s + b->pos - n;
 }
 
 static uint64_t
@@ -148,6 +150,27 @@ put_frac(char *o, int64_t usec, int fsp)
     return o + n;
 }
 
+/* "YYYY-MM-DD" and "HH:MM:SS" with Python's zero padding (and sign, for garbage values). */
+static char *
+put_date(char *o, int64_t year, int64_t month, int64_t day)
+{
+    o = put_int(o, year, 4);
+    *o++ = '-';
+    o = put_int(o, month, 2);
+    *o++ = '-';
+    return put_int(o, day, 2);
+}
+
+static char *
+put_time(char *o, int64_t hour, int64_t minute, int64_t second)
+{
+    o = put_int(o, hour, 2);
+    *o++ = ':';
+    o = put_int(o, minute, 2);
+    *o++ = ':';
+    return put_int(o, second, 2);
+}
+
 /* Floor division and modulo, as Python's // and % (and >> / & on negative ints). */
 static int64_t
 floordiv(int64_t a, int64_t b)
@@ -178,16 +201,8 @@ static PyObject *
 utc_text(int64_t secs, int64_t usec, int fsp)
 {
     char buf[48], *o = buf;
-    if (secs == 0 && usec == 0) {
-        memcpy(o, "0000-00-00 00:00:00", 19);
-        o += 19;
-        if (fsp > 0) {
-            *o++ = '.';
-            memset(o, '0', (size_t)fsp);
-            o += fsp;
-        }
-        return ascii(buf, o - buf);
-    }
+    if (secs == 0 && usec == 0)
+        return ascii("0000-00-00 00:00:00.000000", fsp > 0 ? 20 + fsp : 19);
     /* days to civil date: H. Hinnant's algorithm, for days >= 0 */
     int64_t days = secs / 86400, rem = secs % 86400;
     int64_t z = days + 719468, era = z / 146097, doe = z - era * 146097;
@@ -195,17 +210,9 @@ utc_text(int64_t secs, int64_t usec, int fsp)
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
     int64_t day = doy - (153 * mp + 2) / 5 + 1, month = mp < 10 ? mp + 3 : mp - 9;
     int64_t year = yoe + era * 400 + (month <= 2);
-    o = put_int(o, year, 4);
-    *o++ = '-';
-    o = put_int(o, month, 2);
-    *o++ = '-';
-    o = put_int(o, day, 2);
+    o = put_date(o, year, month, day);
     *o++ = ' ';
-    o = put_int(o, rem / 3600, 2);
-    *o++ = ':';
-    o = put_int(o, rem / 60 % 60, 2);
-    *o++ = ':';
-    o = put_int(o, rem % 60, 2);
+    o = put_time(o, rem / 3600, rem / 60 % 60, rem % 60);
     o = put_frac(o, usec, fsp);
     return ascii(buf, o - buf);
 }
@@ -217,17 +224,9 @@ datetime2(const unsigned char *s, int fsp)
     char buf[80], *o = buf;
     int64_t x = (int64_t)be(s, 5) - 0x8000000000LL;
     int64_t ymd = floordiv(x, 1 << 17), hms = floormod(x, 1 << 17), ym = floordiv(ymd, 32);
-    o = put_int(o, floordiv(ym, 13), 4);
-    *o++ = '-';
-    o = put_int(o, floormod(ym, 13), 2);
-    *o++ = '-';
-    o = put_int(o, floormod(ymd, 32), 2);
+    o = put_date(o, floordiv(ym, 13), floormod(ym, 13), floormod(ymd, 32));
     *o++ = ' ';
-    o = put_int(o, hms >> 12, 2);
-    *o++ = ':';
-    o = put_int(o, hms >> 6 & 63, 2);
-    *o++ = ':';
-    o = put_int(o, hms & 63, 2);
+    o = put_time(o, hms >> 12, hms >> 6 & 63, hms & 63);
     if (fsp == 6) {
         *o++ = '.';
         o = put_int(o, (int64_t)be(s + 5, 3), 6);
@@ -247,21 +246,14 @@ time2(const unsigned char *s, int fsp)
         packed = (int64_t)be(s, 6) - 0x800000000000LL;
     else {
         int64_t intpart = (int64_t)be(s, 3) - 0x800000, frac = 0;
-        if (fsp == 1 || fsp == 2) {
-            frac = s[3];
+        int nb = (fsp + 1) / 2;  /* 0, 1 or 2 fraction bytes, stored as a signed count of 1/100^nb */
+        if (nb) {
+            frac = (int64_t)be(s + 3, nb);
             if (intpart < 0 && frac) {
                 intpart += 1;
-                frac -= 0x100;
+                frac -= (int64_t)1 << (8 * nb);
             }
-            frac *= 10000;
-        }
-        else if (fsp == 3 || fsp == 4) {
-            frac = (int64_t)be(s + 3, 2);
-            if (intpart < 0 && frac) {
-                intpart += 1;
-                frac -= 0x10000;
-            }
-            frac *= 100;
+            frac *= nb == 1 ? 10000 : 100;
         }
         packed = intpart * (1 << 24) + frac;
     }
@@ -270,11 +262,7 @@ time2(const unsigned char *s, int fsp)
         packed = -packed;
     }
     int64_t hms = packed >> 24;
-    o = put_int(o, hms >> 12 & 0x3FF, 2);
-    *o++ = ':';
-    o = put_int(o, hms >> 6 & 63, 2);
-    *o++ = ':';
-    o = put_int(o, hms & 63, 2);
+    o = put_time(o, hms >> 12 & 0x3FF, hms >> 6 & 63, hms & 63);
     o = put_frac(o, packed & 0xFFFFFF, fsp);
     return ascii(buf, o - buf);
 }
@@ -296,7 +284,7 @@ decimal_size(int precision, int scale)
 static PyObject *
 decimal(const Col *c, const unsigned char *s)
 {
-    int precision = c->c, scale = c->b, intg = precision - scale, size = c->a;
+    int precision = c->prec, scale = c->arg, intg = precision - scale, size = c->width;
     unsigned char d[40];            /* at most 30 bytes (DECIMAL(65,0)) */
     char out[96], *o = out, *start;
     uint32_t groups[16];            /* integer groups (lead first), then fraction groups, tail */
@@ -362,147 +350,82 @@ call_with_bytes(PyObject *fn, const unsigned char *s, Py_ssize_t n)
     return v;
 }
 
-/* Reads a length prefix of c->a bytes, then checks that the value fits; returns its length or -1. */
-static Py_ssize_t
-prefixed(const Col *c, Buf *b)
-{
-    if (need(b, c->a, c) < 0)
-        return -1;
-    uint64_t n = le(b->s + b->pos, c->a);
-    b->pos += c->a;
-    if (n > (uint64_t)(b->len - b->pos)) {
-        PyErr_Format(EventDecodeError, "column %R: value of %llu bytes at row offset %zd, only %zd left",
-                     c->key, (unsigned long long)n, b->pos, b->len - b->pos);
-        return -1;
-    }
-    return (Py_ssize_t)n;
-}
-
 static PyObject *
 value(const Col *c, Buf *b, PyObject *partial)
 {
-    const unsigned char *s = b->s + b->pos;
-    PyObject *v;
-    Py_ssize_t n;
+    const unsigned char *s = NULL;
+    Py_ssize_t n = c->width;
     uint64_t x;
-    int w;
+    PyObject *v;
+    char buf[24], *o = buf;
 
+    if (c->prefix) {  /* a little-endian length, then that many bytes */
+        if ((s = take(b, c->prefix, c)) == NULL)
+            return NULL;
+        x = le(s, c->prefix);
+        n = x > (uint64_t)PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)x;
+    }
+    if (n >= 0 && (s = take(b, n, c)) == NULL)
+        return NULL;
     switch (c->op) {
     case OP_NONE:
         Py_RETURN_NONE;
     case OP_INT:
-        if (need(b, c->a, c) < 0)
-            return NULL;
-        b->pos += c->a;
-        x = le(s, c->a);
-        if (!c->b || !(x >> (8 * c->a - 1) & 1))
+        x = le(s, c->width);
+        if (!c->arg || !(x >> (8 * c->width - 1) & 1))
             return PyLong_FromUnsignedLongLong(x);
         /* negative: x - 2^(8 * width), computed without overflow */
-        return PyLong_FromLongLong(-(long long)(~x & (~(uint64_t)0 >> (64 - 8 * c->a))) - 1);
+        return PyLong_FromLongLong(-(long long)(~x & (~(uint64_t)0 >> (64 - 8 * c->width))) - 1);
     case OP_DOUBLE: {
-        if (need(b, 8, c) < 0)
-            return NULL;
-        b->pos += 8;
         double d = PyFloat_Unpack8((const char *)s, 1);
         return d == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(d);
     }
     case OP_YEAR:
-        if (need(b, 1, c) < 0)
-            return NULL;
-        b->pos += 1;
         return PyLong_FromLong(s[0] ? 1900 + s[0] : 0);
-    case OP_DATE: {
-        char buf[24], *o = buf;
-        if (need(b, 3, c) < 0)
-            return NULL;
-        b->pos += 3;
+    case OP_DATE:
         x = le(s, 3);
-        o = put_int(o, (int64_t)(x >> 9), 4);
-        *o++ = '-';
-        o = put_int(o, (int64_t)(x >> 5 & 15), 2);
-        *o++ = '-';
-        o = put_int(o, (int64_t)(x & 31), 2);
+        o = put_date(o, (int64_t)(x >> 9), (int64_t)(x >> 5 & 15), (int64_t)(x & 31));
         return ascii(buf, o - buf);
-    }
     case OP_DATETIME2:
-        if (need(b, 5 + (c->b + 1) / 2, c) < 0)
-            return NULL;
-        b->pos += 5 + (c->b + 1) / 2;
-        return datetime2(s, c->b);
+        return datetime2(s, c->arg);
     case OP_TIMESTAMP2:
-        if (need(b, 4 + (c->b + 1) / 2, c) < 0)
-            return NULL;
-        b->pos += 4 + (c->b + 1) / 2;
-        return utc_text((int64_t)be(s, 4), frac_usec(s + 4, c->b), c->b);
+        return utc_text((int64_t)be(s, 4), frac_usec(s + 4, c->arg), c->arg);
     case OP_TIME2:
-        if (need(b, 3 + (c->b + 1) / 2, c) < 0)
-            return NULL;
-        b->pos += 3 + (c->b + 1) / 2;
-        return time2(s, c->b);
+        return time2(s, c->arg);
     case OP_TIMESTAMP:
-        if (need(b, 4, c) < 0)
-            return NULL;
-        b->pos += 4;
         return utc_text((int64_t)le(s, 4), 0, 0);
     case OP_DECIMAL:
-        if (need(b, c->a, c) < 0)
-            return NULL;
-        b->pos += c->a;
         return decimal(c, s);
     case OP_BIT:
-        if (need(b, c->a, c) < 0)
-            return NULL;
-        b->pos += c->a;
-        return PyLong_FromUnsignedLongLong(be(s, c->a));
+        return PyLong_FromUnsignedLongLong(be(s, c->width));
     case OP_ENUM:
     case OP_SET:
-        if (need(b, c->a, c) < 0)
-            return NULL;
-        b->pos += c->a;
-        x = le(s, c->a);
+        x = le(s, c->width);
         if (c->obj == Py_None)
             return PyLong_FromUnsignedLongLong(x);
         n = PyTuple_GET_SIZE(c->obj);
-        if (c->op == OP_ENUM) {
-            if (x >= (uint64_t)n)
-                return PyLong_FromUnsignedLongLong(x);
-            v = PyTuple_GET_ITEM(c->obj, (Py_ssize_t)x);
-            return Py_NewRef(v);
-        }
+        if (c->op == OP_ENUM)  /* names[0] is '' */
+            return x < (uint64_t)n ? Py_NewRef(PyTuple_GET_ITEM(c->obj, (Py_ssize_t)x))
+                                   : PyLong_FromUnsignedLongLong(x);
         if ((v = PyList_New(0)) == NULL)
             return NULL;
-        for (w = 0; w < n && w < 64; w++)
-            if (x >> w & 1 && PyList_Append(v, PyTuple_GET_ITEM(c->obj, w)) < 0) {
+        for (Py_ssize_t k = 0; k < n && k < 64; k++)
+            if (x >> k & 1 && PyList_Append(v, PyTuple_GET_ITEM(c->obj, k)) < 0) {
                 Py_DECREF(v);
                 return NULL;
             }
         return v;
     case OP_TEXT:
-        if ((n = prefixed(c, b)) < 0)
-            return NULL;
-        s = b->s + b->pos;
-        b->pos += n;
         if (c->flag)
             return PyUnicode_DecodeUTF8((const char *)s, n, "backslashreplace");
         return PyUnicode_Decode((const char *)s, n, c->codec, "backslashreplace");
+    case OP_JSON: {
+        int r = partial == Py_None ? 0 : PySequence_Contains(partial, c->index);
+        return r < 0 ? NULL : call_with_bytes(r ? c->obj2 : c->obj, s, n);
+    }
     case OP_BYTES_CALL:
-    case OP_JSON:
-        if ((n = prefixed(c, b)) < 0)
-            return NULL;
-        s = b->s + b->pos;
-        b->pos += n;
-        if (c->op == OP_JSON && partial != Py_None) {
-            if ((w = PySequence_Contains(partial, c->index)) < 0)
-                return NULL;
-            if (w)
-                return call_with_bytes(c->obj2, s, n);
-        }
-        return call_with_bytes(c->obj, s, n);
     case OP_FIXED_CALL:
-        if (need(b, c->a, c) < 0)
-            return NULL;
-        b->pos += c->a;
-        return call_with_bytes(c->obj, s, c->a);
+        return call_with_bytes(c->obj, s, n);
     default:  /* OP_RAISE */
         PyErr_SetObject(EventDecodeError, c->obj);
         return NULL;
@@ -556,8 +479,10 @@ fail:
 static int
 parse_entry(Col *c, PyObject *entry)
 {
+    static const int FIXED[OP_COUNT] = {[OP_DOUBLE] = 8, [OP_YEAR] = 1, [OP_DATE] = 3, [OP_TIMESTAMP] = 4,
+                                        [OP_DATETIME2] = 5, [OP_TIMESTAMP2] = 4, [OP_TIME2] = 3};
     PyObject *params, *key, *obj = NULL, *obj2 = NULL, *index = NULL;
-    int ok, lo = 0, hi = 0;
+    int bad = 0;
 
     if (!PyTuple_Check(entry)) {
         PyErr_SetString(PyExc_TypeError, "plan entries are (opcode, nullable, params, key) tuples");
@@ -566,64 +491,72 @@ parse_entry(Col *c, PyObject *entry)
     if (!PyArg_ParseTuple(entry, "ipO!U:plan entry", &c->op, &c->nullable, &PyTuple_Type, &params, &key))
         return -1;
     c->key = Py_NewRef(key);
+    c->width = -1;
     switch (c->op) {
     case OP_NONE: case OP_DOUBLE: case OP_YEAR: case OP_DATE: case OP_TIMESTAMP:
-        ok = PyArg_ParseTuple(params, ":params");
+        if (!PyArg_ParseTuple(params, ":params"))
+            return -1;
+        c->width = c->op == OP_NONE ? -1 : FIXED[c->op];
         break;
     case OP_INT:
-        ok = PyArg_ParseTuple(params, "ip:params", &c->a, &c->b);
-        if (ok && c->a != 1 && c->a != 2 && c->a != 3 && c->a != 4 && c->a != 8)
-            lo = 1, hi = 0;
+        if (!PyArg_ParseTuple(params, "ip:params", &c->width, &c->arg))
+            return -1;
+        bad = !(c->width >= 1 && c->width <= 4) && c->width != 8;
         break;
     case OP_DATETIME2: case OP_TIMESTAMP2: case OP_TIME2:
-        ok = PyArg_ParseTuple(params, "i:params", &c->b);
-        lo = c->b < 0, hi = c->b > 6;
+        if (!PyArg_ParseTuple(params, "i:params", &c->arg))
+            return -1;
+        bad = c->arg < 0 || c->arg > 6;
+        c->width = FIXED[c->op] + (c->arg + 1) / 2;
         break;
     case OP_DECIMAL:
-        ok = PyArg_ParseTuple(params, "iip:params", &c->c, &c->b, &c->flag);
-        lo = !(0 < c->c && c->c <= 65 && 0 <= c->b && c->b <= 30 && c->b <= c->c);
-        if (ok && !lo)
-            c->a = decimal_size(c->c, c->b);
+        if (!PyArg_ParseTuple(params, "iip:params", &c->prec, &c->arg, &c->flag))
+            return -1;
+        bad = !(0 < c->prec && c->prec <= 65 && 0 <= c->arg && c->arg <= 30 && c->arg <= c->prec);
+        c->width = bad ? -1 : decimal_size(c->prec, c->arg);
         break;
     case OP_BIT:
-        ok = PyArg_ParseTuple(params, "i:params", &c->a);
-        lo = c->a < 0, hi = c->a > 8;
+        if (!PyArg_ParseTuple(params, "i:params", &c->width))
+            return -1;
+        bad = c->width < 0 || c->width > 8;
         break;
     case OP_ENUM: case OP_SET:
-        ok = PyArg_ParseTuple(params, "iO:params", &c->a, &obj);
-        lo = c->a < 1, hi = c->a > 8;
-        if (ok && obj != Py_None && !PyTuple_Check(obj))
-            lo = 1;
+        if (!PyArg_ParseTuple(params, "iO:params", &c->width, &obj))
+            return -1;
+        bad = c->width < 1 || c->width > 8 || (obj != Py_None && !PyTuple_Check(obj));
+        break;
+    case OP_FIXED_CALL:
+        if (!PyArg_ParseTuple(params, "iO:params", &c->width, &obj))
+            return -1;
+        bad = c->width < 0 || !PyCallable_Check(obj);
         break;
     case OP_TEXT:
-        ok = PyArg_ParseTuple(params, "iU:params", &c->a, &obj);
-        lo = c->a < 1, hi = c->a > 4;
-        if (ok && (c->codec = PyUnicode_AsUTF8(obj)) == NULL)
+        if (!PyArg_ParseTuple(params, "iU:params", &c->prefix, &obj))
             return -1;
-        c->flag = ok && (strcmp(c->codec, "utf-8") == 0 || strcmp(c->codec, "utf8") == 0);
+        if ((c->codec = PyUnicode_AsUTF8(obj)) == NULL)
+            return -1;
+        c->flag = strcmp(c->codec, "utf-8") == 0 || strcmp(c->codec, "utf8") == 0;
+        bad = c->prefix < 1 || c->prefix > 4;
         break;
-    case OP_BYTES_CALL: case OP_FIXED_CALL:
-        ok = PyArg_ParseTuple(params, "iO:params", &c->a, &obj);
-        lo = c->a < (c->op == OP_FIXED_CALL ? 0 : 1), hi = c->op == OP_BYTES_CALL && c->a > 4;
-        if (ok && !PyCallable_Check(obj))
-            lo = 1;
+    case OP_BYTES_CALL:
+        if (!PyArg_ParseTuple(params, "iO:params", &c->prefix, &obj))
+            return -1;
+        bad = c->prefix < 1 || c->prefix > 4 || !PyCallable_Check(obj);
         break;
     case OP_JSON:
-        ok = PyArg_ParseTuple(params, "iOOO:params", &c->a, &index, &obj, &obj2);
-        lo = c->a < 1, hi = c->a > 4;
-        if (ok && !(PyCallable_Check(obj) && PyCallable_Check(obj2)))
-            lo = 1;
+        if (!PyArg_ParseTuple(params, "iOOO:params", &c->prefix, &index, &obj, &obj2))
+            return -1;
+        bad = c->prefix < 1 || c->prefix > 4 || !PyCallable_Check(obj) || !PyCallable_Check(obj2);
         break;
     case OP_RAISE:
-        ok = PyArg_ParseTuple(params, "U:params", &obj);
+        if (!PyArg_ParseTuple(params, "U:params", &obj))
+            return -1;
         break;
     default:
         PyErr_Format(PyExc_ValueError, "unknown row image opcode %d", c->op);
         return -1;
     }
-    if (!ok)
-        return -1;
-    if (lo || hi) {
+    if (bad) {
         PyErr_Format(PyExc_ValueError, "invalid params %R for %s", params, OP_NAMES[c->op]);
         return -1;
     }

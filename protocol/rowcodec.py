@@ -320,6 +320,9 @@ def image_plan(columns: tuple[Column, ...], present: list[int]) -> tuple:
                  for idx in present for op, params in (_plan_op(columns[idx]),))
 
 
+_NO_PARTIAL: frozenset = frozenset()
+
+
 def decode_rows(first: ImageDecoder, second: ImageDecoder | None, data: bytes, out: list) -> None:
     """Append every row image of ``data`` to ``out`` (``(before, after)`` pairs when ``second`` is given).
 
@@ -347,9 +350,6 @@ def decode_rows(first: ImageDecoder, second: ImageDecoder | None, data: bytes, o
             if pos == start:
                 raise EventDecodeError("row images are empty (no column present): the event cannot hold rows")
             append((before, after))
-
-
-_NO_PARTIAL: frozenset = frozenset()
 
 
 class TableCodec:

@@ -1,0 +1,438 @@
+"""The optional C row-image decoder (protocol._rowimage) against the generated Python decoders.
+
+Both paths must give identical rows (same keys in the same order, same values, same types, floats
+bit for bit) or both raise EventDecodeError:
+- on every binlog of the shared corpus (../shared/binlogs);
+- on the MariaDB every-type table of tests/integration/test_row_values.py (server tests);
+- on hand-picked edge values (negative zero DECIMALs, the zero TIMESTAMP, negative TIME2, garbage
+  DATETIME2 dates, ENUM indexes past the names, ...);
+- under hypothesis: mutated real row data and synthetic tables of every column type.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from protocol import events as E
+from protocol import rowcodec
+from protocol import rows as R
+from protocol import values as V
+from protocol.constants import ColumnType as T
+from protocol.errors import BinlogError, EventDecodeError
+from protocol.reader import iter_events
+from protocol.rowcodec import TableCodec
+from protocol.tablemap import Column
+from tests.conftest import CORPUS, REPO
+
+C = pytest.importorskip("protocol._rowimage", reason="the C extension is not built (pip install -e .)")
+
+CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".txt",
+                                                                                          ".json", ".py"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_mode():
+    before = rowcodec.speedups_enabled()
+    yield
+    rowcodec.use_speedups(before)
+
+
+def same(a, b) -> bool:
+    """Equal and of the same types all the way down; floats compared bit for bit (NaN, -0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _outcome(fn):
+    """('ok', value) or ('error', exception type): the comparable result of decoding."""
+    try:
+        return "ok", fn()
+    except EventDecodeError:
+        return "error", EventDecodeError
+
+
+def _both(fn):
+    rowcodec.use_speedups(False)
+    py = _outcome(fn)
+    rowcodec.use_speedups(True)
+    native = _outcome(fn)
+    return py, native
+
+
+def assert_same_outcome(py, native) -> None:
+    assert py[0] == native[0], f"python: {py!r:.300}\nnative: {native!r:.300}"
+    if py[0] == "ok":
+        assert same(py[1], native[1]), f"python: {py[1]!r:.300}\nnative: {native[1]!r:.300}"
+
+
+# --------------------------------------------------------------------------- whole files
+
+
+def _file_rows(data: bytes) -> list:
+    """Every rows event's rows (or its error) of a binlog, payload events included, in the current mode."""
+    out = []
+
+    def collect(event):
+        if isinstance(event, E.RowsEvent):
+            out.append((event.header.next_position, _outcome(lambda: event.rows)))
+        elif isinstance(event, E.TransactionPayloadEvent):
+            for inner in event.events:
+                collect(inner)
+
+    try:
+        for event in iter_events(data):
+            collect(event)
+    except BinlogError as exc:
+        out.append(("stopped", type(exc).__name__))
+    return out
+
+
+def _read(path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.suffix == ".gz" else data
+
+
+def test_mode_switch() -> None:
+    assert rowcodec.use_speedups(True) is True
+    assert type(TableCodec((Column(0, T.LONG, 0),)).image(1)) is C.Image
+    assert rowcodec.use_speedups(False) is False
+    assert type(TableCodec((Column(0, T.LONG, 0),)).image(1)) is not C.Image
+
+
+def test_environment_turns_speedups_off() -> None:
+    code = "from protocol import rowcodec; print(rowcodec.speedups_enabled())"
+    env = dict(os.environ, BINLOGD_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    env.pop("BINLOGD_PURE_PYTHON")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
+def test_corpus_file_rows_identical(path) -> None:
+    data = _read(path)
+    rowcodec.use_speedups(False)
+    py = _file_rows(data)
+    rowcodec.use_speedups(True)
+    native = _file_rows(data)
+    assert len(py) == len(native)
+    for (pos, a), (_, b) in zip(py, native):
+        assert a[0] == b[0], f"event ending at {pos}: python {a!r:.200}, native {b!r:.200}"
+        if a[0] == "ok":
+            assert same(a[1], b[1]), f"rows of the event ending at {pos} differ"
+
+
+def test_corpus_has_rows() -> None:
+    if not CORPUS_FILES:
+        pytest.skip("no corpus")
+    rowcodec.use_speedups(True)
+    assert sum(len(r[1][1]) for p in CORPUS_FILES for r in _file_rows(_read(p)) if r[0] != "stopped"
+               and r[1][0] == "ok") > 1000
+
+
+def test_mariadb_every_type_identical(request) -> None:
+    """The every-type table of test_row_values (both metadata modes) decodes identically."""
+    from tests.integration import test_row_values as RV
+
+    for fixture in ("mariadb", "mariadb_minimal"):
+        server = request.getfixturevalue(fixture)
+        if server.flavor != "mariadb":
+            pytest.skip("the every-type table is MariaDB's")
+        sc = RV._run_scenario(server, minimal=fixture == "mariadb_minimal")
+        try:
+            data = sc.file.read_bytes()
+            rowcodec.use_speedups(False)
+            py = _file_rows(data)
+            rowcodec.use_speedups(True)
+            native = _file_rows(data)
+            assert sum(len(r[1][1]) for r in native if r[1][0] == "ok") >= 8
+            assert len(py) == len(native)
+            for a, b in zip(py, native):
+                assert a[1][0] == b[1][0] == "ok"
+                assert same(a[1][1], b[1][1])
+        finally:
+            server.sql(f"DROP DATABASE IF EXISTS `{sc.schema}`")
+
+
+# --------------------------------------------------------------------------- single values
+
+
+def _decode(columns, data: bytes, kind: str = "insert", null_offset: int = 0):
+    codec = TableCodec(tuple(columns))
+    bits = (1 << len(columns)) - 1
+    h = SimpleNamespace(pos=4, type_code=30)
+    return lambda: R._decode_rows(codec, kind, data, bits, bits if kind == "update" else None, False, h, null_offset)
+
+
+def _one(col: Column, raw: bytes) -> list:
+    """Decode one NOT NULL value in both modes; assert they agree; return the python outcome."""
+    py, native = _both(_decode([col], raw))
+    assert_same_outcome(py, native)
+    return py
+
+
+def _col(t, meta=0, **kw) -> Column:
+    return Column(0, t, meta, nullable=False, name="c", **kw)
+
+
+def _dec_bytes(digits: bytes, negative: bool) -> bytes:
+    raw = bytearray(digits)
+    raw[0] |= 0x80
+    return bytes(b ^ 0xFF for b in raw) if negative else bytes(raw)
+
+
+EDGES = [
+    # values.decimal_decoder keeps the sign of a zero with 9+ fraction digits (the inline form does not)
+    (_col(T.NEWDECIMAL, (20, 10)), b"\x00" + _dec_bytes(bytes(10), True), "-0.0000000000"),
+    (_col(T.NEWDECIMAL, (12, 9)), b"\x00" + _dec_bytes(bytes(6), True), "0.000000000"),
+    (_col(T.NEWDECIMAL, (12, 4)), b"\x00" + _dec_bytes(bytes(6), True), "0.0000"),
+    (_col(T.NEWDECIMAL, (12, 4)), b"\x00" + _dec_bytes(b"\x05\xf5\xe0\xff\x27\x0f", False), "99999999.9999"),
+    (_col(T.NEWDECIMAL, (10, 0)), b"\x00" + _dec_bytes(b"\x00\x00\x00\x00\x2a", True), "-42"),
+    (_col(T.NEWDECIMAL, (4, 2)), b"\x00" + _dec_bytes(b"\x63\x64", False), None),   # fraction 100 >= 10^2
+    (_col(T.NEWDECIMAL, (66, 2)), b"\x00" + bytes(40), None),
+    (_col(T.TIMESTAMP2, 3), b"\x00" + bytes(6), "0000-00-00 00:00:00.000"),
+    (_col(T.TIMESTAMP2, 3), b"\x00" + bytes(4) + b"\x00\x0a", "1970-01-01 00:00:00.001"),
+    (_col(T.TIMESTAMP2, 6), b"\x00\xff\xff\xff\xff\xff\xff\xff", "2106-02-07 06:28:15.167772"),
+    (_col(T.TIMESTAMP2, 0), b"\x00" + (2147483647).to_bytes(4, "big"), "2038-01-19 03:14:07"),
+    (_col(T.TIMESTAMP, 0), b"\x00" + bytes(4), "0000-00-00 00:00:00"),
+    (_col(T.TIME2, 2), b"\x00\x7f\xff\xff\xce", "-00:00:00.50"),
+    (_col(T.TIME2, 6), b"\x00" + (0x800000000000 - (5 << 24) - 1).to_bytes(6, "big"), None),
+    (_col(T.TIME2, 0), b"\x00\x00\x00\x00", None),
+    (_col(T.DATETIME2, 6), b"\x00" + bytes(5) + b"\xff\xff\xff", None),
+    (_col(T.DATETIME2, 4), b"\x00" + b"\xff" * 7, None),
+    (_col(T.DATETIME2, 1), b"\x00\x80\x00\x00\x00\x00\x63", None),
+    (_col(T.DATE), b"\x00\xff\xff\xff", None),
+    (_col(T.YEAR), b"\x00\x00", 0),
+    (_col(T.INT24, unsigned=False), b"\x00\x00\x00\x80", -(1 << 23)),
+    (_col(T.LONGLONG, unsigned=True), b"\x00" + b"\xff" * 8, (1 << 64) - 1),
+    (_col(T.LONGLONG), b"\x00" + bytes(7) + b"\x80", -(1 << 63)),
+    (_col(T.TINY, unsigned=None), b"\x00\xff", -1),
+    (_col(T.BIT, (1, 8)), b"\x00" + b"\xff" * 9, (1 << 72) - 1),
+    (_col(T.ENUM, 1, enum_values=("a", "b")), b"\x00\x03", 3),
+    (_col(T.ENUM, 2, enum_values=("a", "b")), b"\x00\x02\x00", "b"),
+    (_col(T.SET, 8, set_values=tuple("abc")), b"\x00\x05" + bytes(6) + b"\x80", ["a", "c"]),
+    (_col(T.VARCHAR, 20, collation=8), b"\x00\x03\x81\xe9a", "\\x81éa"),
+    (_col(T.VARCHAR, 20, collation=45), b"\x00\x02\xff\x41", "\\xffA"),
+    (_col(T.VARCHAR, 20, collation=None), b"\x00\x02\xff\x41", "/0E="),
+    (_col(T.STRING, 4, collation=63), b"\x00\x01a", "YQAAAA=="),
+    (_col(T.FLOAT), b"\x00" + struct.pack("<f", 1.1), 1.1),
+    (_col(T.DOUBLE), b"\x00" + struct.pack("<d", -0.0), -0.0),
+    (_col(T.NULL), b"\x00", None),
+    (_col(T.DECIMAL, (4, 2)), b"\x00\x00", None),
+]
+
+
+@pytest.mark.parametrize("col, raw, want", EDGES, ids=lambda x: getattr(x, "type", None) and T(x.type).name)
+def test_edge_values(col, raw, want) -> None:
+    outcome = _one(col, raw)
+    if want is not None:
+        assert outcome[0] == "ok" and same(outcome[1][0]["c"], want), outcome
+
+
+def test_image_call_and_update_pairs() -> None:
+    cols = [Column(0, T.LONG, 0, nullable=False, name="id"), Column(1, T.VARCHAR, 10, collation=45, name="v")]
+    data = b"\x00\x01\x00\x00\x00\x02hi" + b"\x02\x01\x00\x00\x00"
+    py, native = _both(_decode(cols, data * 2, "update"))
+    assert_same_outcome(py, native)
+    assert native[1] == [({"id": 1, "v": "hi"}, {"id": 1, "v": None})] * 2
+    rowcodec.use_speedups(True)
+    image = TableCodec(tuple(cols)).image(3)
+    assert image(data, 0, frozenset()) == ({"id": 1, "v": "hi"}, 8)
+    with pytest.raises(EventDecodeError):
+        image(data, len(data) + 1, frozenset())
+    with pytest.raises(EventDecodeError):
+        image(data[:7], 0, None)
+
+
+@pytest.mark.parametrize("plan", [
+    ((99, False, (), "k"),), ((C.OP_INT, False, (5, True), "k"),), ((C.OP_INT, False, (), "k"),),
+    ((C.OP_DECIMAL, False, (70, 2, True), "k"),), ((C.OP_TEXT, False, (1, None), "k"),),
+    ((C.OP_BYTES_CALL, False, (1, 5), "k"),), ("not an entry",), ((C.OP_NONE, False, (), 5),),
+])
+def test_bad_plans_are_rejected(plan) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        C.Image(plan, 0)
+
+
+def test_empty_images_raise() -> None:
+    codec = TableCodec((Column(0, T.LONG, 0),))
+    h = SimpleNamespace(pos=4, type_code=30)
+    for native in (False, True):
+        rowcodec.use_speedups(native)
+        with pytest.raises(EventDecodeError, match="empty"):
+            R._decode_rows(codec, "insert", b"\x00", 0, None, False, h, 0)
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+
+def _recorded_events() -> list:
+    """(codec, kind, data, present_before, present_after, partial, null_offset) of corpus rows events."""
+    recorded = []
+    original = R._decode_rows
+
+    def record(codec, kind, data, before, after, partial, h, null_offset):
+        recorded.append((codec, kind, bytes(data), before, after, partial, null_offset))
+        return original(codec, kind, data, before, after, partial, h, null_offset)
+
+    R._decode_rows = record
+    try:
+        for path in CORPUS_FILES:
+            _file_rows(_read(path))
+    finally:
+        R._decode_rows = original
+    # one sample per (table shape, kind): enough variety, small enough to draw from
+    seen, out = set(), []
+    for item in recorded:
+        key = (tuple(item[0].columns), item[1], item[3], item[4], item[5])
+        if key not in seen and len(item[2]) < 20000:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+_SAMPLES: list | None = None
+
+
+def _samples() -> list:
+    global _SAMPLES
+    if _SAMPLES is None:
+        _SAMPLES = _recorded_events()
+    return _SAMPLES
+
+
+def _mutate(data: bytes, edits, cut: int | None, extra: bytes) -> bytes:
+    buf = bytearray(data)
+    for where, value in edits:
+        if buf:
+            buf[where % len(buf)] = value
+    if cut is not None and buf:
+        del buf[cut % len(buf):]
+    return bytes(buf) + extra
+
+
+def _run(sample, data: bytes):
+    codec, kind, _, before, after, partial, null_offset = sample
+    h = SimpleNamespace(pos=4, type_code=30)
+    return lambda: R._decode_rows(codec, kind, data, before, after, partial, h, null_offset)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_mutated_corpus_rows(data) -> None:
+    samples = _samples()
+    if not samples:
+        pytest.skip("no corpus rows")
+    sample = samples[data.draw(st.integers(0, len(samples) - 1), label="sample")]
+    edits = data.draw(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=6))
+    cut = data.draw(st.none() | st.integers(0, 1 << 20))
+    extra = data.draw(st.binary(max_size=8))
+    py, native = _both(_run(sample, _mutate(sample[2], edits, cut, extra)))
+    assert_same_outcome(py, native)
+    event(py[0])
+
+
+_COLLATIONS = st.sampled_from([None, 45, 33, 8, 63, 35, 54, 28, 3])
+_COLUMN_SPECS = st.one_of(
+    st.builds(lambda t, u: (t, 0, {"unsigned": u}), st.sampled_from([T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG]),
+              st.sampled_from([None, False, True])),
+    st.builds(lambda t: (t, 0, {}), st.sampled_from([T.FLOAT, T.DOUBLE, T.YEAR, T.DATE, T.NEWDATE, T.TIME,
+                                                     T.DATETIME, T.TIMESTAMP, T.NULL, T.DECIMAL, T.TYPED_ARRAY])),
+    st.builds(lambda t, m: (t, m, {}), st.sampled_from([T.TIME2, T.DATETIME2, T.TIMESTAMP2]), st.integers(0, 7)),
+    st.builds(lambda p, s: (T.NEWDECIMAL, (p, s), {}), st.integers(0, 66), st.integers(0, 31)),
+    st.builds(lambda b, n: (T.BIT, (b, n), {}), st.integers(0, 7), st.integers(0, 9)),
+    st.builds(lambda m, n: (T.ENUM, m, {"enum_values": n}), st.integers(0, 3),
+              st.none() | st.lists(st.text(max_size=3), max_size=5).map(tuple)),
+    st.builds(lambda m, n: (T.SET, m, {"set_values": n}), st.integers(0, 9),
+              st.none() | st.lists(st.text(max_size=3), max_size=70).map(tuple)),
+    st.builds(lambda t, m, c: (t, m, {"collation": c}), st.sampled_from([T.VARCHAR, T.VAR_STRING, T.STRING]),
+              st.sampled_from([3, 255, 256, 300]), _COLLATIONS),
+    st.builds(lambda t, m, c: (t, m, {"collation": c}), st.sampled_from([T.BLOB, T.TINY_BLOB, T.GEOMETRY]),
+              st.integers(0, 5), _COLLATIONS),
+    st.builds(lambda t, m: (t, m, {}), st.sampled_from([T.JSON, T.VECTOR]), st.integers(1, 4)),
+)
+
+
+def _value_bytes(draw, t, m) -> bytes:
+    """Plausible bytes for one value (a random length, often within bounds)."""
+    fixed = {T.TINY: 1, T.SHORT: 2, T.INT24: 3, T.LONG: 4, T.LONGLONG: 8, T.FLOAT: 4, T.DOUBLE: 8, T.YEAR: 1,
+             T.DATE: 3, T.NEWDATE: 3, T.TIME: 3, T.DATETIME: 8, T.TIMESTAMP: 4}
+    if t in fixed:
+        return draw(st.binary(min_size=fixed[t], max_size=fixed[t]))
+    if t in (T.NULL, T.DECIMAL, T.TYPED_ARRAY):
+        return b""
+    if t in (T.TIME2, T.DATETIME2, T.TIMESTAMP2):
+        fixed = {T.TIME2: 3, T.DATETIME2: 5, T.TIMESTAMP2: 4}[t] + ((m if 0 <= m <= 6 else 0) + 1) // 2
+    elif t == T.NEWDECIMAL:
+        fixed = V.decimal_size(*m) if 0 < m[0] <= 65 and 0 <= m[1] <= min(m[0], 30) else 0
+    elif t == T.BIT:
+        fixed = (m[1] * 8 + m[0] + 7) // 8
+    elif t in (T.ENUM, T.SET):
+        fixed = m if 1 <= m <= (2 if t == T.ENUM else 8) else 1
+    else:
+        fixed = None
+    if t == T.NEWDECIMAL and fixed and draw(st.booleans()):
+        return _decimal_bytes(draw, *m)
+    if fixed is not None:
+        return draw(st.binary(min_size=fixed, max_size=fixed) | st.binary(max_size=12))
+    prefix = 1 if t in (T.VARCHAR, T.VAR_STRING, T.STRING) and m < 256 else 2 if m < 256 else 4
+    body = draw(st.binary(max_size=12) | st.text(max_size=6).map(lambda s: s.encode()))
+    if t == T.JSON and draw(st.booleans()):   # a few valid binary JSON values: null, 1, "abc", [true]
+        body = draw(st.sampled_from([b"\x04\x00", b"\x05\x01\x00", b"\x0c\x03abc", b"\x02\x01\x00\x08\x00\x04\x01\x00"]))
+    elif t == T.VECTOR:
+        body = body[:len(body) // 4 * 4]
+    return len(body).to_bytes(4, "little")[:prefix] + body
+
+
+def _decimal_bytes(draw, precision: int, scale: int) -> bytes:
+    """A well-formed binary DECIMAL (digit groups in range), positive or negative."""
+    intg, dig2bytes = precision - scale, (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+    sizes = ([intg % 9] if intg % 9 else []) + [9] * (intg // 9) + [9] * (scale // 9) + \
+        ([scale % 9] if scale % 9 else [])
+    raw = b"".join(draw(st.integers(0, 10 ** d - 1)).to_bytes(dig2bytes[d], "big") for d in sizes)
+    raw = bytes([raw[0] | 0x80]) + raw[1:]
+    return bytes(b ^ 0xFF for b in raw) if draw(st.booleans()) else raw
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_synthetic_tables(data) -> None:
+    specs = data.draw(st.lists(_COLUMN_SPECS, min_size=1, max_size=8), label="columns")
+    nullable = data.draw(st.lists(st.booleans(), min_size=len(specs), max_size=len(specs)))
+    columns = tuple(Column(i, t, m, nullable=n, name=data.draw(st.sampled_from([None, f"c{i}"])), **kw)
+                    for i, ((t, m, kw), n) in enumerate(zip(specs, nullable)))
+    kind = data.draw(st.sampled_from(["insert", "update"]))
+    null_offset = data.draw(st.sampled_from([0, 0, 1]))
+    images = []
+    for _ in range(data.draw(st.integers(1, 4)) * (2 if kind == "update" else 1)):
+        nulls, values = 0, b""
+        for k, ((t, m, _), n) in enumerate(zip(specs, nullable)):
+            if n and data.draw(st.booleans()):
+                nulls |= 1 << (k + null_offset)
+            else:
+                values += _value_bytes(data.draw, t, m)
+        images.append(nulls.to_bytes((len(columns) + null_offset + 7) // 8, "little") + values)
+    raw = b"".join(images)
+    if data.draw(st.booleans(), label="mutate"):
+        raw = _mutate(raw, data.draw(st.lists(st.tuples(st.integers(0, 999), st.integers(0, 255)), max_size=2)),
+                      data.draw(st.none() | st.integers(0, 999)), data.draw(st.binary(max_size=3)))
+    py, native = _both(_decode(columns, raw, kind, null_offset))
+    assert_same_outcome(py, native)
+    event(py[0])
