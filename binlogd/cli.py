@@ -1,4 +1,4 @@
-"""The ``binlogd`` command line: ``info``, ``dump``, ``run``, ``demo``.
+"""The ``binlogd`` command line: ``info``, ``dump``, ``run``, ``demo``, ``spark``.
 
 Exit codes of info/dump: 0 success; 1 the input is bad (not a binlog, truncated,
 corrupt, unreadable); 2 usage error. ``run`` uses the codes in
@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key")
     p.set_defaults(func=cmd_run)
+    sub.add_parser("spark", add_help=False, help="Spark jobs: index, changes, zip (needs binlogd[spark])")
     p = sub.add_parser("demo", help="throwaway MariaDB + a trickle of changes + the daemon tailing it")
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--rate", type=float, default=5.0, help="transactions per second to write")
@@ -137,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["spark"]:  # its own parser: binlogd spark index|changes|zip …
+        from pipeline.__main__ import main as spark_main
+
+        return spark_main(argv[1:], prog="binlogd spark")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -7,10 +7,10 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 _pip_log="$(mktemp)"
-if ! .venv/bin/pip install -q --disable-pip-version-check -e '.[daemon,test]' >"$_pip_log" 2>&1; then
+if ! .venv/bin/pip install -q --disable-pip-version-check -e '.[daemon,test,spark]' >"$_pip_log" 2>&1; then
     cat "$_pip_log" >&2
     rm -f "$_pip_log"
-    echo "pip install -e '.[daemon,test]' failed" >&2
+    echo "pip install -e '.[daemon,test,spark]' failed" >&2
     exit 1
 fi
 rm -f "$_pip_log"
