@@ -154,24 +154,25 @@ class Daemon:
                 if exc.fatal or (exc.kind == "unreachable" and self.sessions == 0):
                     self.log.error("%s", exc)
                     return _FATAL_EXIT.get(exc.kind, EXIT_INTERNAL)
-                self.log.warning("%s; reconnecting in %.1fs", exc, delay)
+                message, level = f"{exc}; reconnecting", logging.WARNING
             except (ChecksumError, EventDecodeError, UnknownEventError) as exc:
                 self.metrics.error("decode")
                 self.log.error("cannot decode the stream at %s: %s", self._where(), exc)
                 return EXIT_DATA
             except ProtocolError as exc:
                 self.metrics.error("protocol")
-                self.log.warning("protocol error from the primary (%s); reconnecting in %.1fs", exc, delay)
+                message, level = f"protocol error from the primary ({exc}); reconnecting", logging.WARNING
             except (SinkError, CheckpointError) as exc:
                 self.metrics.error("sink")
                 if getattr(exc, "fatal", False):
                     self.log.error("%s", exc)
                     return EXIT_CHECKPOINT
-                self.log.error("%s; checkpoint stays at %s, retrying in %.1fs", exc, self._where(), delay)
+                message, level = f"{exc}; checkpoint stays at {self._where()}, retrying", logging.ERROR
             self.metrics.set_up(False)
-            systemd.notify(f"STATUS=reconnecting in {delay:.1f}s")
             if self.sessions > sessions_before:  # it did stream: start the backoff over
                 delay, attempts = rc.initial_seconds, 0
+            self.log.log(level, "%s in %.1fs", message, delay)
+            systemd.notify(f"STATUS=reconnecting in {delay:.1f}s")
             attempts += 1
             if rc.max_attempts and attempts >= rc.max_attempts:
                 self.log.error("giving up after %d attempts", attempts)
@@ -287,15 +288,11 @@ class Daemon:
         return conn
 
     async def _read(self, conn: SourceConnection, queue: asyncio.Queue) -> None:
-        """Reader task: packets into the queue; silence for 2 × heartbeat is an error."""
-        timeout = 2 * self.cfg.source.heartbeat_seconds
+        """Reader task: packets into the queue; no byte for 2 × heartbeat is an error (raised by conn)."""
+        conn.idle_timeout = 2 * self.cfg.source.heartbeat_seconds
         try:
             while True:
-                async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel on 3.11
-                    batch = await conn.read_events()
-                await queue.put(batch)
-        except TimeoutError:
-            await queue.put(SourceError("timeout", f"no packet from the primary for {timeout:g}s (2 × heartbeat)"))
+                await queue.put(await conn.read_events())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # handed to the consumer, which raises it in order

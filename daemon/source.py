@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import ssl
 from dataclasses import dataclass
 
 from protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com_register_slave
-from protocol.errors import BinlogError, ProtocolError, ServerError
+from protocol.errors import BinlogError, ProtocolError, ServerError, TruncatedError
 from protocol.gtid import MysqlGtidSet
 from protocol.packet import PacketReader, encode_packet, is_eof, is_err, parse_err
 
@@ -30,7 +31,7 @@ class SourceError(BinlogError):
     """The primary cannot serve us. ``fatal`` errors end the daemon; others are retried.
 
     Fields:
-        kind: "auth", "unreachable", "binlog_missing", "misconfigured", "server", "stream_ended",
+        kind: "auth", "tls", "unreachable", "binlog_missing", "misconfigured", "server", "stream_ended",
             "timeout" or "connection" (also the label of ``binlogd_errors_total``).
         fatal: retrying cannot help (wrong password, purged binlog, binlog off…).
     """
@@ -98,6 +99,7 @@ class SourceConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._pending: bytes | None = None  # an ERR/EOF packet seen while batching
         self.bytes_received = 0
+        self.idle_timeout: float | None = None  # seconds of silence that mean the link is dead
 
     async def open(self) -> ServerInfo:
         """Connect and authenticate; learn flavor, version, GTID mode, checksum.
@@ -120,6 +122,13 @@ class SourceConnection:
                 raise SourceError("auth", f"authentication failed for user {cfg.user!r} at {cfg.host}:{cfg.port} "
                                   f"(server error {code})", fatal=True) from None
             cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, ssl.SSLError):  # retrying cannot fix a certificate
+                if isinstance(cause, ssl.SSLCertVerificationError):
+                    reason = f"certificate verify failed: {cause.verify_message}"
+                else:
+                    reason = getattr(cause, "reason", None) or str(cause)
+                raise SourceError("tls", f"TLS to {cfg.host}:{cfg.port} failed: {reason} "
+                                  f"(source.tls.mode = {cfg.tls.mode!r})", fatal=True) from None
             if isinstance(cause, socket.gaierror):
                 raise SourceError("unreachable", f"unknown host {cfg.host!r}: {cause.strerror}") from None
             raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: {exc.args[-1]}") from None
@@ -224,11 +233,21 @@ class SourceConnection:
             packet = self._packets.next_packet()
             if packet is not None:
                 return packet.payload
-            data = await self._reader.read(_READ_SIZE)
+            try:
+                # The deadline is per socket read: a slow link that keeps sending is alive,
+                # only silence (no byte at all) for idle_timeout seconds means a dead one.
+                async with asyncio.timeout(self.idle_timeout):
+                    data = await self._reader.read(_READ_SIZE)
+            except TimeoutError:
+                raise SourceError("timeout", f"no packet from the primary for {self.idle_timeout:g}s "
+                                  "(2 × heartbeat): not a byte arrived") from None
             if not data:
                 self._packets.feed_eof()
-                if self._packets.next_packet() is None:
-                    raise SourceError("connection", "the primary closed the connection")
+                try:
+                    if self._packets.next_packet() is None:
+                        raise SourceError("connection", "the primary closed the connection")
+                except TruncatedError:
+                    raise SourceError("connection", "the primary closed the connection inside a packet") from None
             self.bytes_received += len(data)
             self._packets.feed(data)
 
