@@ -74,6 +74,31 @@ def server_has_checksums(version: str) -> bool:
     return v >= ((5, 3, 0) if "mariadb" in version.lower() else (5, 6, 1))
 
 
+def _zstd_bounded(data: bytes, size: int) -> bytes:
+    """Decompress a zstd frame that must hold exactly ``size`` bytes, never producing more than
+    ``size + 1`` (a corrupt frame header may claim gigabytes; a one-shot decompress would allocate them).
+
+    Raises:
+        EventDecodeError: bad zstd data, or not exactly ``size`` bytes.
+    """
+    import zstandard
+
+    out = bytearray()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+            while len(out) <= size:
+                chunk = reader.read(min(1 << 20, size + 1 - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+    except zstandard.ZstdError as exc:
+        raise EventDecodeError(f"TRANSACTION_PAYLOAD zstd: {exc}") from exc
+    if len(out) != size:
+        raise EventDecodeError(f"TRANSACTION_PAYLOAD holds {len(out)}{'+' if len(out) > size else ''} bytes, "
+                               f"its header says {size}")
+    return bytes(out)
+
+
 class Decoder:
     """Decodes complete events, keeping the state earlier events define.
 
@@ -283,12 +308,7 @@ class Decoder:
         if compression == 0:
             if size > _MAX_UNCOMPRESSED:
                 raise EventDecodeError(f"TRANSACTION_PAYLOAD claims {size} uncompressed bytes")
-            import zstandard
-
-            try:
-                raw = zstandard.ZstdDecompressor().decompress(bytes(payload), max_output_size=max(size, 1))
-            except zstandard.ZstdError as exc:
-                raise EventDecodeError(f"TRANSACTION_PAYLOAD zstd: {exc}") from exc
+            raw = _zstd_bounded(bytes(payload), size)
         elif compression == 255:
             raw = bytes(payload)
         else:

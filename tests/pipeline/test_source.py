@@ -244,8 +244,20 @@ def test_index_shape_equals_info(spark, files):
         assert got == {**want.__dict__, "file": path}, path
 
 
-def test_active_file_of_a_running_server(spark, mariadb, fresh_db):
+@pytest.fixture
+def own_server():
+    """A server of this test's own: the typed read below applies one table's schema to every row in
+    the binlog, so no other test's tables may be in it (the shared server has them)."""
+    from binlogd.localserver import LocalServer
+
+    with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as server:
+        server.sql("CREATE DATABASE pipe")
+        yield server, "pipe"
+
+
+def test_active_file_of_a_running_server(spark, own_server):
     """Files our MariaDB writes, the active one included (in-use flag set, still growing)."""
+    mariadb, fresh_db = own_server
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY, price DECIMAL(10,2), at DATETIME(3), "
                 "d DATE, name VARCHAR(20), tags SET('a','b','c'), img BLOB)")
     mariadb.sql(f"INSERT INTO `{fresh_db}`.t VALUES (1, 12.50, '2026-11-22 10:00:00.125', '2026-11-22', 'café', "
