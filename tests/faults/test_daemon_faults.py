@@ -65,6 +65,7 @@ from binlogd.localserver import LocalServer, _run_sql, free_port
 from tests.faults.proxy import FaultProxy
 from tests.integration.daemon_helpers import (
     DaemonProcess,
+    InProcessDaemon,
     assert_sink_matches,
     base_overrides,
     metric,
@@ -290,23 +291,16 @@ class ListHandler(logging.Handler):
         self.lines.append(self.format(record))
 
 
-class InProcessDaemon:
-    """``Daemon(config)`` on its own event loop in a thread, its log lines in :attr:`lines`."""
+class LoggedDaemon(InProcessDaemon):
+    """An :class:`InProcessDaemon` whose log lines are kept in :attr:`lines`; ``start()`` returns once it streams."""
 
     def __init__(self, config):
-        from daemon.service import Daemon
-
         self.handler = ListHandler()
         log = logging.getLogger(f"binlogd.faults.{id(self)}")
         log.handlers[:] = [self.handler]
         log.setLevel(logging.INFO)
         log.propagate = False
-        self.daemon = Daemon(config, log=log)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.rc: int | None = None
-        self.error: BaseException | None = None
-        self._started = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True, name="binlogd-inprocess")
+        super().__init__(config, log=log)
 
     @property
     def lines(self) -> list[str]:
@@ -316,34 +310,11 @@ class InProcessDaemon:
         rx = re.compile(pattern)
         return sum(1 for ln in self.lines if rx.search(ln))
 
-    def _main(self) -> None:
-        async def go():
-            self.loop = asyncio.get_running_loop()
-            self._started.set()
-            return await self.daemon.run()
-
-        try:
-            self.rc = asyncio.run(go())
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
-            self.error = exc
-        finally:
-            self._started.set()
-
-    def start(self) -> InProcessDaemon:
-        self.thread.start()
-        assert self._started.wait(10)
+    def start(self) -> LoggedDaemon:
+        super().start()
         wait_until(lambda: self.count("streaming from") or not self.thread.is_alive(), 30, what="streaming")
         assert self.thread.is_alive(), f"daemon ended rc={self.rc} error={self.error!r}:\n" + "\n".join(self.lines)
         return self
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        if self.loop is not None and self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.daemon.stop)
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the in-process daemon did not stop:\n" + "\n".join(self.lines)
-        if self.error is not None:
-            raise self.error
-        return self.rc
 
 
 def in_process_config(server, workdir: Path, **extra):
@@ -924,7 +895,7 @@ def test_sink_write_and_fsync_failures_in_process(tmp_path, monkeypatch):
         cfg = in_process_config(srv, tmp_path, **{"filters.include_schemas": SCHEMA,
                                                   "reconnect.max_seconds": "0.5"})
         cp_path = tmp_path / "checkpoint.json"
-        d = InProcessDaemon(cfg).start()
+        d = LoggedDaemon(cfg).start()
         writer = Writer(srv, rate=150, big_every=20, seed=13)
         report = []
         try:

@@ -515,8 +515,8 @@ def metric(samples: dict, name: str, **labels) -> float | None:
 class InProcessDaemon:
     """A Daemon on its own event loop in a thread; ``stop()`` returns its exit code."""
 
-    def __init__(self, config, metrics=None):
-        self.daemon = Daemon(config, metrics=metrics)
+    def __init__(self, config, metrics=None, log=None):
+        self.daemon = Daemon(config, log=log, metrics=metrics)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.rc: int | None = None
         self.error: BaseException | None = None
