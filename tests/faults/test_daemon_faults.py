@@ -1133,14 +1133,14 @@ def test_tls_verify_identity_and_secrets(tmp_path):
             captured.append(daemon.stderr)
         check_exactly_once(srv, tmp_path / "ok" / "sink", writer, "TLS verify_identity")
 
-        # -- failures, each bounded by reconnect.max_attempts: (what, overrides, expected text)
+        # -- failures, fatal at once (README's exit codes): (what, overrides, expected text, exit code)
         cases = [
-            ("wrong CA", {"source.tls.ca_file": str(certs["other_ca"])}, r"certificate verify failed"),
-            ("wrong host name", {"source.host": "localhost"}, r"certificate verify failed|match|mismatch"),
+            ("wrong CA", {"source.tls.ca_file": str(certs["other_ca"])}, r"certificate verify failed", 6),
+            ("wrong host name", {"source.host": "localhost"}, r"certificate verify failed|match|mismatch", 6),
             # the user is REQUIRE SSL and the server require_secure_transport=ON: refused as an auth failure
-            ("TLS off", {"source.tls.mode": "disabled"}, r"authentication failed|insecure transport"),
+            ("TLS off", {"source.tls.mode": "disabled"}, r"authentication failed|insecure transport", 3),
         ]
-        for what, extra, pattern in cases:
+        for what, extra, pattern, code in cases:
             o = overrides(tmp_path / what.replace(" ", "_"), **{"reconnect.max_attempts": "3",
                                                               "reconnect.initial_seconds": "0.1", **extra})
             d = DaemonProcess(o, env=env)
@@ -1154,7 +1154,7 @@ def test_tls_verify_identity_and_secrets(tmp_path):
             results[what] = f"exit {rc}; first message: {errors[0] if errors else d.stderr[:300]}"
             assert "streaming from" not in d.stderr, f"{what}: it streamed:\n{d.stderr}"
             assert "Traceback" not in d.stderr, d.stderr
-            assert rc != 0, f"{what}: exit 0"
+            assert rc == code, f"{what}: exit {rc}, documented {code}:\n{d.stderr}"
             if not (errors and re.search(pattern, errors[0], re.I)):
                 problems.append(f"{what}: no clear TLS error (wanted /{pattern}/), exit {rc}:\n{d.stderr}")
 
