@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.localserver import LocalServer, find_binaries
+from binlogd.localserver import LocalServer
+from binlogd.serverbins import find_binaries
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "binlogs"
@@ -56,7 +57,7 @@ def _skip_or_fail(reason: str) -> None:
 
 def _start_local(request: pytest.FixtureRequest, extra_args: list[str]) -> LocalServer:
     try:
-        from binlogd.localserver import ensure_installed
+        from binlogd.serverbins import ensure_installed
 
         ensure_installed()
     except RuntimeError as exc:
