@@ -65,14 +65,16 @@ def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
     if kind == "update" and h.type_code != ET.PRE_GA_UPDATE_ROWS:
         after, pos = take(body, pos, nbytes, "columns-present bitmap (after image)")
         present_after = int.from_bytes(after, "little")
-    # One copy per event: indexing and slicing bytes is much faster than memoryview in the row loop.
-    data = mariadb_uncompress(body[pos:]) if h.type_code in _COMPRESSED else bytes(body[pos:])
+    # Compressed images are inflated now (a bad zlib stream is an error of the event itself).
+    # Plain images are copied to bytes only when the rows are read (indexing and slicing bytes is
+    # much faster than memoryview in the row loop): a sink that never reads rows costs no copy.
+    images = mariadb_uncompress(body[pos:]) if h.type_code in _COMPRESSED else body[pos:]
     partial = h.type_code == ET.PARTIAL_UPDATE_ROWS
 
     null_offset = 1 if h.type_code in _PRE_GA else 0
 
     def decode() -> list:
-        return _decode_rows(codec, kind, data, present_before, present_after, partial, h, null_offset)
+        return _decode_rows(codec, kind, bytes(images), present_before, present_after, partial, h, null_offset)
 
     return E.RowsEvent(h, kind, table_id, flags, table_map.schema, table_map.table, codec.labels, decode)
 
