@@ -2,9 +2,11 @@
 
 :class:`Metrics` owns its own :class:`prometheus_client.CollectorRegistry` (never the global
 one), so a process or a test may hold many. Its methods are called by the daemon's single
-consumer and are cheap: labelled children are cached in dicts, and the time-derived gauges
-(lag, seconds since last event, checkpoint age) are computed at scrape time from the injected
-``clock`` (wall seconds, ``time.time`` by default), not on every event.
+consumer and are cheap: labelled children are cached in dicts; the per-event figures (events
+and bytes received, the position) are kept in plain ints and moved into their metrics by
+:meth:`Metrics.flush`, which runs before every collection of the registry; and the time-derived
+gauges (lag, seconds since last event, checkpoint age) are computed at scrape time from the
+injected ``clock`` (wall seconds, ``time.time`` by default), not on every event.
 
 Choices, stated once:
 
@@ -63,6 +65,9 @@ class Metrics:
         self.table_labels = table_labels
         self.clock = clock
         r = self.registry
+        # Registered first, so every collection (scrape, exposition, get_sample_value) flushes the
+        # per-event counts into the metrics below before they are read.
+        r.register(_FlushFirst(self.flush))
         self._events = Counter("binlogd_events_total", "Binlog events received, by event type", ["type"], registry=r)
         self._rows = Counter("binlogd_rows_total", "Rows decoded, by schema, table (opt-in) and op",
                              ["schema", "table", "op"], registry=r)
@@ -95,6 +100,15 @@ class Metrics:
         self._error_children: dict[str, object] = {}
         self._file: str | None = None
         self._file_child = None
+        # Per-event figures in plain Python objects, moved into the prometheus metrics by flush().
+        # Only the consumer writes them (running totals and one tuple, each assignment atomic);
+        # flush(), from the consumer or a scrape thread, pushes what changed since its last run.
+        self._event_counts: dict[str, int] = {}   # type name -> events counted (running total)
+        self._event_flushed: dict[str, int] = {}  # type name -> total already added to the counter
+        self._bytes_count = 0
+        self._bytes_flushed = 0
+        self._where: tuple[str, int] | None = None  # (file, pos) last set by position()
+        self._flush_lock = threading.Lock()
         start = clock()
         # (binlog timestamp of the last real event, caught up?) in one tuple so a scrape sees both at once.
         self._lag_state: tuple[int, bool] = (0, True)
@@ -106,12 +120,14 @@ class Metrics:
     # -- called by the consumer ------------------------------------------------------------
 
     def event(self, type_name: str, timestamp: int, nbytes: int, artificial: bool) -> None:
-        """Count one event of ``nbytes`` bytes; a real one (not artificial, timestamp > 0) sets lag's base."""
-        child = self._event_children.get(type_name)
-        if child is None:
-            child = self._event_children[type_name] = self._events.labels(type_name)
-        child.inc()
-        self._bytes.inc(nbytes)
+        """Count one event of ``nbytes`` bytes; a real one (not artificial, timestamp > 0) sets lag's base.
+
+        The counts reach ``binlogd_events_total`` and ``binlogd_bytes_received_total`` at the next
+        :meth:`flush` (every collection of the registry runs one first).
+        """
+        counts = self._event_counts
+        counts[type_name] = counts.get(type_name, 0) + 1
+        self._bytes_count += nbytes
         if not artificial and timestamp > 0:
             self._lag_state = (timestamp, False)
             self._last_event_at = self.clock()
@@ -139,15 +155,40 @@ class Metrics:
         self._sink_commits.inc()
 
     def position(self, file: str, pos: int) -> None:
-        """Set the current position; on a new file the old file's series is removed."""
-        if file != self._file:
-            if self._file is not None:
-                self._position.remove(self._file)
-            self._file = file
-            self._file_child = self._position.labels(file)
-            idx = file_index(file)
-            self._file_index.set(-1 if idx is None else idx)
-        self._file_child.set(pos)
+        """Set the current position (shown at the next :meth:`flush`); on a new file the old file's
+        series is removed."""
+        self._where = (file, pos)
+
+    def flush(self) -> None:
+        """Move the event and byte counts and the position into their prometheus metrics.
+
+        Called before every collection of the registry, and by the daemon once per batch of
+        events; safe from any thread.
+        """
+        with self._flush_lock:
+            for type_name, total in list(self._event_counts.items()):
+                delta = total - self._event_flushed.get(type_name, 0)
+                if delta:
+                    child = self._event_children.get(type_name)
+                    if child is None:
+                        child = self._event_children[type_name] = self._events.labels(type_name)
+                    child.inc(delta)
+                    self._event_flushed[type_name] = total
+            total = self._bytes_count
+            if total != self._bytes_flushed:
+                self._bytes.inc(total - self._bytes_flushed)
+                self._bytes_flushed = total
+            where = self._where
+            if where is not None:
+                file, pos = where
+                if file != self._file:
+                    if self._file is not None:
+                        self._position.remove(self._file)
+                    self._file = file
+                    self._file_child = self._position.labels(file)
+                    idx = file_index(file)
+                    self._file_index.set(-1 if idx is None else idx)
+                self._file_child.set(pos)
 
     def checkpoint_saved(self) -> None:
         """Record a checkpoint save now; no transaction is pending after it."""
@@ -217,6 +258,20 @@ class Metrics:
     def exposition(self) -> bytes:
         """Return the registry in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class _FlushFirst:
+    """A collector with no metrics of its own: collecting it runs ``flush`` (see Metrics.flush)."""
+
+    def __init__(self, flush: Callable[[], None]) -> None:
+        self._flush = flush
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> list:
+        self._flush()
+        return []
 
 
 def parse_listen(listen: str) -> tuple[str, int, int]:
