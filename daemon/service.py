@@ -16,10 +16,11 @@ import asyncio
 import logging
 import random
 import signal
+import struct
 import time
 
 from protocol import events as E
-from protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F
+from protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F, event_name
 from protocol.constants import EventType as ET
 from protocol.decoder import Decoder
 from protocol.errors import ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
@@ -39,6 +40,33 @@ _FATAL_EXIT = {"auth": EXIT_AUTH, "binlog_missing": EXIT_BINLOG_MISSING, "miscon
                "tls": EXIT_MISCONFIGURED, "unreachable": EXIT_UNREACHABLE}
 _COMMIT_EVERY = 1000      # transactions per commit at most while the queue is busy
 _COMMIT_SECONDS = 1.0     # and at least this often
+_LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset 9 of a v4 header
+# Events that carry only a statement's text (no state, no position, nothing that can fail to decode):
+# a sink that takes no rows gets them with their header only (Decoder.check: length and CRC32 checked).
+_TEXT_ONLY = frozenset({ET.ANNOTATE_ROWS, ET.ROWS_QUERY})
+_TYPE_NAMES: dict[int, str] = {}
+
+
+def _type_name(type_code: int) -> str:
+    """``EventHeader.type_name`` for a type code, cached."""
+    name = _TYPE_NAMES.get(type_code)
+    if name is None:
+        name = _TYPE_NAMES[type_code] = event_name(type_code)
+    return name
+
+
+def _stream_pos(raw: bytes | memoryview, decoder: Decoder) -> int:
+    """Where the event starts in its file: next_position - event_length (0 for artificial events).
+
+    Raises:
+        ProtocolError: from :meth:`Decoder.decode_header` when the header is short or impossible.
+    """
+    if decoder.header_len == 19 and len(raw) >= 19:
+        length, next_position = _LENGTH_NEXT.unpack_from(raw, 9)
+        if length >= 19:
+            return next_position - length if next_position >= length else 0
+    h = decoder.decode_header(raw)
+    return h.next_position - h.event_length if h.next_position >= h.event_length else 0
 
 
 class Daemon:
@@ -331,13 +359,17 @@ class Daemon:
         if self._dirty and not self.tracker.in_transaction:
             await self._commit()
 
-    async def _handle(self, raw: bytes, decoder: Decoder) -> None:
-        h = decoder.decode_header(raw)
-        pos = h.next_position - h.event_length if h.next_position >= h.event_length else 0
-        event = decoder.decode(raw, pos)
+    async def _handle(self, raw: bytes | memoryview, decoder: Decoder) -> None:
+        pos = _stream_pos(raw, decoder)
+        if not self.sink.wants_rows and raw[4] in _TEXT_ONLY:  # _stream_pos saw a whole header
+            # Only a statement's text, which nothing here reads: checked (CRC included), not decoded.
+            event = E.Event(decoder.check(raw, pos))
+        else:
+            event = decoder.decode(raw, pos)
+        h = event.header
         tc = h.type_code
         artificial = bool(h.flags & LOG_EVENT_ARTIFICIAL_F) or h.timestamp == 0
-        self.metrics.event(h.type_name, h.timestamp, len(raw), artificial or tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2))
+        self.metrics.event(_type_name(tc), h.timestamp, len(raw), artificial or tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2))
         if tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2):
             self.metrics.heartbeat()
             return

@@ -159,6 +159,45 @@ class Decoder:
             raise ProtocolError(f"event length {header.event_length} is shorter than its header", pos)
         return header
 
+    def check(self, data: bytes | memoryview, pos: int = 0) -> E.EventHeader:
+        """Everything :meth:`decode` verifies before it reads the body, and nothing more.
+
+        For callers that need an event's header but not its body (the daemon with a sink that
+        takes no rows skips the statement text of ANNOTATE_ROWS and ROWS_QUERY this way): the
+        header, the length, the encryption state and the CRC32 are checked exactly as
+        :meth:`decode` checks them. Use it only for events that change no decoder state.
+
+        Returns:
+            The event's header.
+        Raises:
+            ChecksumError, EventDecodeError, ProtocolError: the errors :meth:`decode` raises before
+            the body, each naming ``pos``.
+        """
+        return self._frame(memoryview(data), pos)[0]
+
+    def _frame(self, view: memoryview, pos: int) -> tuple[E.EventHeader, int | None, int]:
+        """Check the header, length, encryption state and checksum; return (header, algorithm, body end)."""
+        header = self.decode_header(view, pos)
+        if header.type_code == ET.START_V3 and self.fde is None:
+            # A file's first event tells the header size: START_V3's body is 56 bytes, so a
+            # 69-byte event has the 13-byte v1 header (whose length field sits at the same offset).
+            self.header_len = 13 if header.event_length == 13 + 56 else 19
+            header = self.decode_header(view, pos)
+        if header.event_length != len(view):
+            raise ProtocolError(f"{header.type_name} says {header.event_length} bytes, got {len(view)}", pos)
+        if self.encrypted_at is not None:
+            raise EventDecodeError(f"binlog is encrypted from offset {self.encrypted_at} on "
+                                   "(START_ENCRYPTION); binlogd cannot decrypt files", pos, header.type_code)
+        alg = self._fde_checksum(view) if header.type_code == ET.FORMAT_DESCRIPTION else self.checksum_alg
+        end = len(view)
+        if alg == CHECKSUM_CRC32:
+            end -= 4
+            if end < self.header_len:
+                raise ProtocolError(f"{header.type_name} too short for its checksum", pos)
+            if self.verify_checksums:
+                self._verify_crc(view, header, pos)
+        return header, alg, end
+
     def decode(self, data: bytes | memoryview, pos: int = 0) -> E.Event:
         """Decode one complete event (header, body and checksum: exactly ``event_length`` bytes).
 
@@ -173,26 +212,8 @@ class Decoder:
             ChecksumError, EventDecodeError, ProtocolError: each naming ``pos``.
         """
         view = memoryview(data)
-        header = self.decode_header(view, pos)
-        if header.type_code == ET.START_V3 and self.fde is None:
-            # A file's first event tells the header size: START_V3's body is 56 bytes, so a
-            # 69-byte event has the 13-byte v1 header (whose length field sits at the same offset).
-            self.header_len = 13 if header.event_length == 13 + 56 else 19
-            header = self.decode_header(view, pos)
-        if header.event_length != len(view):
-            raise ProtocolError(f"{header.type_name} says {header.event_length} bytes, got {len(view)}", pos)
-        if self.encrypted_at is not None:
-            raise EventDecodeError(f"binlog is encrypted from offset {self.encrypted_at} on "
-                                   "(START_ENCRYPTION); binlogd cannot decrypt files", pos, header.type_code)
+        header, alg, end = self._frame(view, pos)
         tc = header.type_code
-        alg = self._fde_checksum(view) if tc == ET.FORMAT_DESCRIPTION else self.checksum_alg
-        end = len(view)
-        if alg == CHECKSUM_CRC32:
-            end -= 4
-            if end < self.header_len:
-                raise ProtocolError(f"{header.type_name} too short for its checksum", pos)
-            if self.verify_checksums:
-                self._verify_crc(view, header, pos)
         body = view[self.header_len:end]
         try:
             if tc in ROWS_TYPES:
