@@ -4,7 +4,10 @@ aiomysql (PyMySQL's protocol code) does the handshake, authentication
 (mysql_native_password, caching_sha2_password, ed25519) and TLS. We then run
 a few admin statements, and from COM_REGISTER_SLAVE on we write command packets
 and read raw packets ourselves on the same stream, through the sans-I/O
-:class:`protocol.packet.PacketReader`.
+:class:`protocol.packet.BufferedPacketReader`. Once the dump command is sent, the
+transport delivers straight into that reader's buffers (an :class:`asyncio.BufferedProtocol`
+replaces aiomysql's stream protocol), and events are memoryviews of them: no copy from
+the socket to the sink.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from dataclasses import dataclass
 from protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com_register_slave
 from protocol.errors import BinlogError, ProtocolError, ServerError, TruncatedError
 from protocol.gtid import MysqlGtidSet
-from protocol.packet import PacketReader, encode_packet, is_eof, is_err, parse_err
+from protocol.packet import BufferedPacketReader, encode_packet, is_eof, is_err, parse_err
 
 from .position import Position
 
 ER_ACCESS_DENIED = {1045, 1044, 1227, 1698, 1251}
 ER_MASTER_FATAL_READING_BINLOG = 1236
 _READ_SIZE = 1 << 18
+_PAUSE_ABOVE = 8 << 20  # unparsed bytes at which the receiver stops reading the socket for a while
 
 
 class SourceError(BinlogError):
@@ -94,10 +98,11 @@ class SourceConnection:
         self.cfg = source
         self.conn = None
         self.info: ServerInfo | None = None
-        self._packets = PacketReader()
+        self._packets = BufferedPacketReader()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._pending: bytes | None = None  # an ERR/EOF packet seen while batching
+        self._receiver: _Receiver | None = None  # the transport's protocol once the dump is sent
+        self._pending: bytes | memoryview | None = None  # an ERR/EOF packet seen while batching
         self.bytes_received = 0
         self.idle_timeout: float | None = None  # seconds of silence that mean the link is dead
 
@@ -220,39 +225,88 @@ class SourceConnection:
         else:
             cmd = com_binlog_dump(position.file, position.pos, server_id, flags)
         await self._command(cmd)
+        self._receive_directly()
+
+    def _receive_directly(self) -> None:
+        """From now on the transport writes into the packet reader's buffers (no more commands
+        are sent); whatever aiomysql's StreamReader already holds moves over first."""
+        transport = self._writer.transport
+        receiver = _Receiver(self._packets, transport)
+        held = self._reader._buffer
+        if held:
+            self.bytes_received += len(held)
+            self._packets.feed(held)
+            held.clear()
+        if self._reader._exception is not None:
+            receiver.error = self._reader._exception
+        elif self._reader.at_eof() or self._reader._eof:
+            receiver.eof = True
+        transport.set_protocol(receiver)
+        self._receiver = receiver
+        if not transport.is_reading():
+            transport.resume_reading()  # the StreamReader may have paused it (flow control)
 
     async def _command(self, payload: bytes) -> None:
         self._writer.write(encode_packet(payload, 0))
         await self._writer.drain()
 
-    async def _packet(self) -> bytes:
+    async def _packet(self) -> bytes | memoryview:
         if self._pending is not None:
             payload, self._pending = self._pending, None
             return payload
         while True:
-            packet = self._packets.next_packet()
-            if packet is not None:
-                return packet.payload
+            payload = self._packets.next_payload()
+            if payload is not None:
+                return payload
+            if self._receiver is not None:
+                await self._receive()
+                continue
             try:
                 # The deadline is per socket read: a slow link that keeps sending is alive,
                 # only silence (no byte at all) for idle_timeout seconds means a dead one.
                 async with asyncio.timeout(self.idle_timeout):
                     data = await self._reader.read(_READ_SIZE)
             except TimeoutError:
-                raise SourceError("timeout", f"no packet from the primary for {self.idle_timeout:g}s "
-                                  "(2 × heartbeat): not a byte arrived") from None
+                raise self._timeout() from None
             if not data:
-                self._packets.feed_eof()
-                try:
-                    if self._packets.next_packet() is None:
-                        raise SourceError("connection", "the primary closed the connection")
-                except TruncatedError:
-                    raise SourceError("connection", "the primary closed the connection inside a packet") from None
+                self._closed()
             self.bytes_received += len(data)
             self._packets.feed(data)
 
-    async def read_event(self) -> bytes:
-        """The next event's bytes (the OK byte stripped).
+    async def _receive(self) -> None:
+        """Wait for the receiver to deliver bytes (same idle deadline and errors as a socket read)."""
+        receiver = self._receiver
+        if receiver.error is not None:
+            raise receiver.error
+        if receiver.eof:
+            self._closed()
+        receiver.resume()  # the reader needs more bytes: never stay paused then
+        before = receiver.received
+        try:
+            async with asyncio.timeout(self.idle_timeout):
+                await receiver.wait()
+        except TimeoutError:
+            raise self._timeout() from None
+        self.bytes_received += receiver.received - before
+        if receiver.error is not None and receiver.received == before:
+            raise receiver.error
+
+    def _timeout(self) -> SourceError:
+        return SourceError("timeout", f"no packet from the primary for {self.idle_timeout:g}s "
+                           "(2 × heartbeat): not a byte arrived")
+
+    def _closed(self) -> None:
+        """The primary closed the connection: raise the matching SourceError."""
+        self._packets.feed_eof()
+        try:
+            if self._packets.next_payload() is None:
+                raise SourceError("connection", "the primary closed the connection")
+        except TruncatedError:
+            raise SourceError("connection", "the primary closed the connection inside a packet") from None
+        raise ProtocolError("data fed after end of stream")
+
+    async def read_event(self) -> bytes | memoryview:
+        """The next event's bytes (the OK byte stripped; a read-only memoryview once streaming).
 
         Raises:
             ServerError-derived SourceError: an ERR packet (1236 = binlog purged/missing, fatal).
@@ -260,21 +314,22 @@ class SourceConnection:
         """
         return self._event(await self._packet())
 
-    async def read_events(self, limit: int = 1024) -> list[bytes]:
+    async def read_events(self, limit: int = 1024) -> list[bytes | memoryview]:
         """Every complete event already received (at most ``limit``), waiting for the socket only
         when none is; raises like :meth:`read_event` (events before an ERR/EOF are returned first)."""
         out = [await self.read_event()]
+        next_payload, append = self._packets.next_payload, out.append
         while len(out) < limit:
-            packet = self._packets.next_packet()
-            if packet is None:
+            payload = next_payload()
+            if payload is None:
                 break
-            if packet.payload[:1] != b"\x00":
-                self._pending = packet.payload  # ERR/EOF: raised on the next call
+            if not payload or payload[0] != 0:
+                self._pending = payload  # ERR/EOF: raised on the next call
                 break
-            out.append(packet.payload[1:])
+            append(payload[1:])
         return out
 
-    def _event(self, payload: bytes) -> bytes:
+    def _event(self, payload: bytes | memoryview) -> bytes | memoryview:
         if payload[:1] == b"\x00":
             return payload[1:]
         if is_err(payload):
@@ -293,6 +348,69 @@ class SourceConnection:
         return SourceError("server", f"{during}: {err}", fatal=err.code in (1236, 1371))
 
     async def close(self) -> None:
+        self._receiver = None
         if self.conn is not None:
             self.conn.close()  # aiomysql: closes the transport without a COM_QUIT round trip
             self.conn = None
+
+
+class _Receiver(asyncio.BufferedProtocol):
+    """The transport's protocol while streaming: bytes go straight into the packet reader.
+
+    Fields:
+        received: bytes delivered so far.
+        eof: the primary closed its side.
+        error: the exception the connection was lost with, or None.
+    """
+
+    def __init__(self, packets: BufferedPacketReader, transport: asyncio.BaseTransport):
+        self.packets = packets
+        self.transport = transport
+        self.received = 0
+        self.eof = False
+        self.error: BaseException | None = None
+        self._waiter: asyncio.Future | None = None
+        self._paused = False
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.packets.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.packets.buffer_updated(nbytes)
+        self.received += nbytes
+        if self.packets.buffered > _PAUSE_ABOVE and not self._paused:
+            # The consumer is behind: stop reading until the reader asks for more (resume()).
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self.error = exc
+        else:
+            self.eof = True
+        self._wake()
+
+    def resume(self) -> None:
+        """Read the socket again if it was paused."""
+        if self._paused:
+            self._paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    async def wait(self) -> None:
+        """Until bytes arrive, the stream ends or the connection is lost."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

@@ -15,6 +15,10 @@ Usage::
     reader.feed_eof()                    # the peer closed the connection
     reader.next_packet()                 # None, or TruncatedError mid-packet
 
+:class:`BufferedPacketReader` parses the same way but receives into buffers of its own
+(``get_buffer()``/``buffer_updated()``, the shape of :class:`asyncio.BufferedProtocol`) and
+returns payloads as memoryviews of them: no copy between the socket and the consumer.
+
 This module also holds the generic payload helpers: ERR/OK/EOF recognition and
 length-encoded integers and strings.
 """
@@ -29,6 +33,7 @@ from .errors import ProtocolError, ServerError, TruncatedError
 __all__ = [
     "DEFAULT_MAX_PACKET_SIZE",
     "MAX_CHUNK",
+    "BufferedPacketReader",
     "Packet",
     "PacketReader",
     "encode_packet",
@@ -50,6 +55,8 @@ _U64 = struct.Struct("<Q")
 # Compact the receive buffer once this many consumed bytes sit at its front and
 # they are at least half of it (amortized linear, however the input was split).
 _COMPACT_AT = 1 << 16
+# BufferedPacketReader: the least free space get_buffer() offers (one socket read's worth).
+_MIN_FREE = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +192,170 @@ class PacketReader:
             del self._buf[: self._pos]
             self._consumed += self._pos
             self._pos = 0
+
+
+class BufferedPacketReader:
+    """Packet parser that owns its receive buffers and returns payloads without copying them.
+
+    Framing, limits and errors are those of :class:`PacketReader`; the input comes through
+    :meth:`get_buffer` + :meth:`buffer_updated` (the socket writes straight into the buffer) or
+    :meth:`feed`, and :meth:`next_payload` returns the payload alone as a read-only memoryview
+    of the buffer. Bytes once returned are never written again: a view stays valid for as long
+    as it is kept. When a buffer's free space runs out, the unparsed tail moves to a new buffer
+    (one spare is reused once no view of it is alive any more). A payload split into
+    continuation chunks (16 MiB and more) is joined into ``bytes``.
+
+    Args:
+        max_packet_size: largest joined payload accepted (bytes); more raises ProtocolError.
+        buffer_size: bytes per receive buffer (a larger one is made for a larger packet).
+    """
+
+    __slots__ = ("_buf", "_view", "_pos", "_end", "_consumed", "_spare", "_size", "_want", "_max", "_eof",
+                 "_error", "_parts", "_parts_len", "_first_seq", "_last_seq", "_start")
+
+    def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE, buffer_size: int = 1 << 20) -> None:
+        if max_packet_size < 0 or buffer_size < 4:
+            raise ValueError("max_packet_size must be >= 0 and buffer_size >= 4")
+        self._size = buffer_size
+        self._buf = bytearray(buffer_size)
+        self._view = memoryview(self._buf)
+        self._pos = 0  # first unparsed byte of _buf
+        self._end = 0  # end of the bytes received into _buf
+        self._consumed = 0  # stream offset of _buf[0]
+        self._spare: bytearray | None = None
+        self._want = 4  # bytes from _pos the next step of parsing needs in one piece
+        self._max = max_packet_size
+        self._eof = False
+        self._error: ProtocolError | None = None
+        self._parts: list[bytes] = []
+        self._parts_len = 0
+        self._first_seq = -1
+        self._last_seq = -1
+        self._start = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as part of a packet (including a partial packet's chunks)."""
+        return self._end - self._pos + self._parts_len
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """The free space to receive into (at least 64 KiB, and room for the whole chunk being read);
+        then call :meth:`buffer_updated` with the number of bytes written."""
+        need = max(self._want - (self._end - self._pos), sizehint, _MIN_FREE)
+        if len(self._buf) - self._end < need:
+            self._move(need)
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` bytes were written at the start of the last :meth:`get_buffer` region.
+
+        Raises:
+            ProtocolError: after :meth:`feed_eof`.
+        """
+        if self._eof:
+            raise ProtocolError("data fed after end of stream")
+        self._end += nbytes
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes (a copy). Raises ProtocolError after :meth:`feed_eof`."""
+        if self._eof:
+            raise ProtocolError("data fed after end of stream")
+        n = len(data)
+        if len(self._buf) - self._end < n:
+            self._move(n)
+        self._view[self._end:self._end + n] = data
+        self._end += n
+
+    def feed_eof(self) -> None:
+        """Mark the end of the stream: later :meth:`next_payload` calls raise TruncatedError mid-packet."""
+        self._eof = True
+
+    def next_payload(self) -> memoryview | bytes | None:
+        """The next complete packet's payload, or None when more data is needed (or at a clean EOF).
+
+        Raises ProtocolError or TruncatedError as :meth:`PacketReader.next_packet` does; once it
+        has raised, it raises the same error again.
+        """
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+
+    def _next(self) -> memoryview | bytes | None:
+        buf = self._buf
+        while True:
+            pos = self._pos
+            if self._end - pos < 4:
+                self._want = 4
+                return self._need_data()
+            lo, hi, seq = _HEADER.unpack_from(buf, pos)
+            length = lo | (hi << 16)
+            offset = self._consumed + pos
+            if self._first_seq < 0:
+                self._start = offset
+            elif seq != (self._last_seq + 1) & 0xFF:
+                raise ProtocolError(
+                    f"continuation chunk has sequence id {seq}, expected {(self._last_seq + 1) & 0xFF}",
+                    offset,
+                )
+            total = self._parts_len + length
+            if total > self._max:
+                raise ProtocolError(f"packet of {total}+ bytes exceeds the limit of {self._max}", self._start)
+            if self._end - pos - 4 < length:
+                self._want = 4 + length
+                return self._need_data()
+            chunk = self._view[pos + 4 : pos + 4 + length].toreadonly()
+            self._pos = pos + 4 + length
+            if self._first_seq < 0:
+                self._first_seq = seq
+            self._last_seq = seq
+            if length == MAX_CHUNK:
+                self._parts.append(bytes(chunk))
+                self._parts_len = total
+                continue
+            if self._parts:
+                self._parts.append(bytes(chunk))
+                chunk = b"".join(self._parts)
+                self._parts.clear()
+                self._parts_len = 0
+            self._first_seq = self._last_seq = -1
+            return chunk
+
+    def _need_data(self) -> None:
+        if self._eof and (self._pos < self._end or self._parts):
+            offset = self._start if self._parts else self._consumed + self._pos
+            raise TruncatedError("stream ended inside a packet", offset)
+        return None
+
+    def _move(self, need: int) -> None:
+        """Continue in another buffer with at least ``need`` free bytes after the unparsed tail."""
+        tail = self._end - self._pos
+        size = max(self._size, tail + need)
+        buf, self._spare = self._spare, None
+        if buf is None or len(buf) < size or not _unshared(buf):
+            buf = bytearray(size)
+        view = memoryview(buf)
+        view[:tail] = self._view[self._pos:self._end]
+        old = self._buf
+        self._view.release()  # views already returned keep ``old`` alive on their own
+        if len(old) == self._size:
+            self._spare = old
+        self._buf, self._view = buf, view
+        self._consumed += self._pos
+        self._pos, self._end = 0, tail
+
+
+def _unshared(buf: bytearray) -> bool:
+    """True when no memoryview of ``buf`` is alive (a bytearray with exports cannot change size)."""
+    try:
+        buf.append(0)
+    except BufferError:
+        return False
+    del buf[-1]
+    return True
 
 
 def encode_packet(payload: bytes | bytearray | memoryview, seq: int) -> bytes:

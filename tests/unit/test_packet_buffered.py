@@ -1,0 +1,158 @@
+"""protocol.packet.BufferedPacketReader: the same packets and errors as PacketReader, without copies.
+
+Every stream is compared with PacketReader's reading of it, received through get_buffer() /
+buffer_updated() (as asyncio.BufferedProtocol does) in many splittings, with buffers small
+enough that the unparsed tail keeps moving to new buffers.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.errors import ProtocolError, TruncatedError
+from protocol.packet import MAX_CHUNK, BufferedPacketReader, PacketReader
+
+
+def header(length: int, seq: int) -> bytes:
+    return struct.pack("<I", length)[:3] + bytes([seq])
+
+
+def receive(reader: BufferedPacketReader, data: bytes, sizes) -> list:
+    """Deliver ``data`` through get_buffer/buffer_updated in pieces (sizes cycled); drain after each."""
+    out, pos, i = [], 0, 0
+    while pos < len(data):
+        region = reader.get_buffer(-1)
+        n = min(sizes[i % len(sizes)], len(region), len(data) - pos)
+        i += 1
+        region[:n] = data[pos:pos + n]
+        reader.buffer_updated(n)
+        pos += n
+        while (p := reader.next_payload()) is not None:
+            out.append(p)
+    return out
+
+
+def reference(data: bytes) -> list[bytes]:
+    r = PacketReader()
+    r.feed(data)
+    out = []
+    while (p := r.next_packet()) is not None:
+        out.append(p.payload)
+    return out
+
+
+def stream(payloads: list[bytes]) -> bytes:
+    return b"".join(header(len(p), i & 0xFF) + p for i, p in enumerate(payloads))
+
+
+@pytest.mark.parametrize("buffer_size", [4, 64, 1000, 1 << 20])
+@pytest.mark.parametrize("sizes", [[1], [7, 1, 4096, 3, 65537, 2], [1 << 20]])
+def test_same_payloads_as_packet_reader(buffer_size, sizes):
+    payloads = [b"", b"a", b"\x00" + bytes(range(256)) * 3, b"x" * 70_000, b"yz"] * 3
+    data = stream(payloads)
+    got = receive(BufferedPacketReader(buffer_size=buffer_size), data, sizes)
+    assert [bytes(p) for p in got] == reference(data) == payloads
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=3000), max_size=12), st.lists(st.integers(1, 5000), min_size=1, max_size=6),
+       st.integers(4, 5000))
+def test_any_split_any_buffer_size(payloads, sizes, buffer_size):
+    data = stream(payloads)
+    got = receive(BufferedPacketReader(buffer_size=buffer_size), data, sizes)
+    assert [bytes(p) for p in got] == payloads
+
+
+def test_payloads_are_read_only_views_that_stay_valid():
+    r = BufferedPacketReader(buffer_size=64)
+    payloads = [bytes([i]) * 50 for i in range(20)]
+    got = receive(r, stream(payloads), [33])
+    assert all(isinstance(p, memoryview) and p.readonly for p in got)
+    assert [bytes(p) for p in got] == payloads  # still intact after many buffer moves
+
+
+def test_spare_buffer_reused_only_when_no_view_is_alive():
+    size = 1 << 17
+    r = BufferedPacketReader(buffer_size=size)
+    first = r._buf
+    a = receive(r, header(70_000, 0) + b"A" * 70_000, [size])[0]
+    receive(r, header(70_000, 1) + b"B" * 70_000, [size])  # moves on; the first buffer is the spare
+    second = r._buf
+    assert second is not first
+    receive(r, header(70_000, 2) + b"C" * 70_000, [size])  # a's view is alive: a new buffer
+    assert r._buf is not first and bytes(a) == b"A" * 70_000
+    del a
+    receive(r, header(70_000, 3) + b"D" * 70_000, [size])  # no view of the second buffer: reused
+    assert r._buf is second
+
+
+def test_feed_copies_and_matches():
+    data = stream([b"abc", b"", b"q" * 300])
+    r = BufferedPacketReader(buffer_size=8)
+    out = []
+    for i in range(0, len(data), 5):
+        r.feed(data[i:i + 5])
+        while (p := r.next_payload()) is not None:
+            out.append(bytes(p))
+    assert out == [b"abc", b"", b"q" * 300] and r.buffered == 0
+
+
+def test_need_data_and_buffered():
+    r = BufferedPacketReader()
+    assert r.next_payload() is None
+    r.feed(header(5, 0) + b"ab")
+    assert r.next_payload() is None and r.buffered == 6
+    r.feed(b"cde")
+    assert bytes(r.next_payload()) == b"abcde" and r.buffered == 0
+
+
+def test_get_buffer_has_room_for_the_whole_chunk():
+    r = BufferedPacketReader(buffer_size=16)
+    r.feed(header(100_000, 0))
+    assert r.next_payload() is None
+    assert len(r.get_buffer(-1)) >= 100_000
+
+
+def test_eof_inside_a_packet_and_clean_eof():
+    r = BufferedPacketReader()
+    r.feed(header(3, 0) + b"abc" + b"\x10\x00")
+    r.feed_eof()
+    assert bytes(r.next_payload()) == b"abc"
+    with pytest.raises(TruncatedError) as exc:
+        r.next_payload()
+    assert exc.value.offset == 7
+    with pytest.raises(TruncatedError):  # broken for good
+        r.next_payload()
+    clean = BufferedPacketReader()
+    clean.feed(header(1, 0) + b"a")
+    clean.feed_eof()
+    assert bytes(clean.next_payload()) == b"a" and clean.next_payload() is None
+    with pytest.raises(ProtocolError):
+        clean.feed(b"x")
+    with pytest.raises(ProtocolError):
+        clean.buffer_updated(1)
+
+
+def test_continuation_chunks_are_joined_and_checked():
+    big = b"\x01" * MAX_CHUNK
+    data = header(MAX_CHUNK, 0) + big + header(3, 1) + b"end"
+    r = BufferedPacketReader()
+    got = receive(r, data, [1 << 22])
+    assert len(got) == 1 and bytes(got[0]) == big + b"end"
+    bad = BufferedPacketReader()
+    bad.feed(header(MAX_CHUNK, 0) + big + header(3, 5) + b"end")
+    with pytest.raises(ProtocolError, match="sequence id 5, expected 1"):
+        bad.next_payload()
+
+
+def test_limit():
+    r = BufferedPacketReader(max_packet_size=10)
+    r.feed(header(11, 0))
+    with pytest.raises(ProtocolError, match="exceeds the limit of 10"):
+        r.next_payload()
+    with pytest.raises(ValueError):
+        BufferedPacketReader(buffer_size=2)
