@@ -24,6 +24,13 @@ from protocol.rows import ROWS_TYPES, STMT_END_F
 _GROUP_OPENERS = frozenset({ET.INTVAR, ET.RAND, ET.USER_VAR, ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK,
                             ET.CREATE_FILE, ET.ROWS_QUERY, ET.ANNOTATE_ROWS})
 _ENDING_STATEMENTS = ("COMMIT", "ROLLBACK", "XA PREPARE", "XA COMMIT", "XA ROLLBACK")
+# observe() runs for every event: plain ints and sets, as an IntEnum member lookup costs ~0.2 µs on 3.11.
+_ROTATE, _TRANSACTION_PAYLOAD, _ANONYMOUS_GTID, _MARIADB_GTID = (
+    int(ET.ROTATE), int(ET.TRANSACTION_PAYLOAD), int(ET.ANONYMOUS_GTID), int(ET.MARIADB_GTID))
+_HEARTBEATS = frozenset({ET.HEARTBEAT, ET.HEARTBEAT_V2})
+_GTIDS = frozenset({ET.GTID, ET.GTID_TAGGED})
+_ENDS = frozenset({ET.XID, ET.XA_PREPARE})
+_QUERIES = frozenset({ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
 
 
 @dataclass(frozen=True)
@@ -79,14 +86,14 @@ class PositionTracker:
         """Account for one event (in stream order). Returns True when it ended a transaction."""
         h = event.header
         tc = h.type_code
-        if tc == ET.ROTATE:
+        if tc == _ROTATE:
             self.file, self.pos = event.next_file, event.position
             if not self.in_transaction:
                 self.committed = replace(self.committed, file=self.file, pos=self.pos)
             return False
-        if tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2):
+        if tc in _HEARTBEATS:
             return False  # a heartbeat says where the primary is, not where we are
-        if tc == ET.TRANSACTION_PAYLOAD:
+        if tc == _TRANSACTION_PAYLOAD:
             ended = False
             for inner in event.events:
                 ended = self._observe_group(inner) or ended
@@ -118,16 +125,16 @@ class PositionTracker:
 
     def _observe_group(self, event: E.Event) -> bool:
         tc = event.header.type_code
-        if tc in (ET.GTID, ET.GTID_TAGGED):
+        if tc in _GTIDS:
             self._start(Gtid(event.sid, event.gno, event.tag), event.gtid)
-        elif tc == ET.ANONYMOUS_GTID:
+        elif tc == _ANONYMOUS_GTID:
             self._start(None, None)
-        elif tc == ET.MARIADB_GTID:
+        elif tc == _MARIADB_GTID:
             self._start(MariadbGtid(event.domain_id, event.header.server_id, event.seq_no), event.gtid)
             # MariaDB's GTID replaces BEGIN; a standalone group (DDL) has no COMMIT at all.
             self._standalone = event.standalone
             self._began = not event.standalone
-        elif tc == ET.XID or tc == ET.XA_PREPARE:
+        elif tc in _ENDS:
             return self._end()
         elif tc in _GROUP_OPENERS:
             # Context events (INSERT_ID, RAND seeds, user variables, LOAD DATA blocks, TABLE_MAP)
@@ -139,7 +146,7 @@ class PositionTracker:
                 self._start(None, None)
             if event.flags & STMT_END_F and not self._began:
                 return self._end()  # a non-transactional statement logged without BEGIN (5.1)
-        elif tc in (ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY):
+        elif tc in _QUERIES:
             statement = _statement(event.query)
             if statement.startswith("BEGIN") or statement.startswith("XA START"):
                 if not self.in_transaction:

@@ -44,6 +44,7 @@ _LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset
 # Events that carry only a statement's text (no state, no position, nothing that can fail to decode):
 # a sink that takes no rows gets them with their header only (Decoder.check: length and CRC32 checked).
 _TEXT_ONLY = frozenset({ET.ANNOTATE_ROWS, ET.ROWS_QUERY})
+_HEARTBEATS = frozenset({ET.HEARTBEAT, ET.HEARTBEAT_V2})  # a set: IntEnum member lookups cost ~0.2 µs
 _TYPE_NAMES: dict[int, str] = {}
 
 
@@ -369,8 +370,9 @@ class Daemon:
         h = event.header
         tc = h.type_code
         artificial = bool(h.flags & LOG_EVENT_ARTIFICIAL_F) or h.timestamp == 0
-        self.metrics.event(_type_name(tc), h.timestamp, len(raw), artificial or tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2))
-        if tc in (ET.HEARTBEAT, ET.HEARTBEAT_V2):
+        heartbeat = tc in _HEARTBEATS
+        self.metrics.event(_type_name(tc), h.timestamp, len(raw), artificial or heartbeat)
+        if heartbeat:
             self.metrics.heartbeat()
             return
         if isinstance(event, E.UnknownEvent) and not h.flags & LOG_EVENT_IGNORABLE_F \

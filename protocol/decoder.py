@@ -61,6 +61,10 @@ def _renumbered_tree(version: str, n_types: int) -> bool:
 _V1_V3_POST_HEADER = bytes([56, 11, 0, 8, 0, 18, 0, 4, 4, 4, 4, 18, 0, 0])
 
 _NOT_IN_PAYLOAD = frozenset({ET.TRANSACTION_PAYLOAD, ET.FORMAT_DESCRIPTION, ET.START_V3})
+# Type codes decode() tests for every event, as plain ints (an IntEnum member lookup costs ~0.2 µs on 3.11).
+_START_V3, _FORMAT_DESCRIPTION, _TABLE_MAP = int(ET.START_V3), int(ET.FORMAT_DESCRIPTION), int(ET.TABLE_MAP)
+_TRANSACTION_PAYLOAD, _START_ENCRYPTION = int(ET.TRANSACTION_PAYLOAD), int(ET.START_ENCRYPTION)
+_FORMATS = frozenset({ET.FORMAT_DESCRIPTION, ET.START_V3})
 
 SchemaSource = Callable[[str, str], "TableSchema | None"]
 
@@ -178,7 +182,7 @@ class Decoder:
     def _frame(self, view: memoryview, pos: int) -> tuple[E.EventHeader, int | None, int]:
         """Check the header, length, encryption state and checksum; return (header, algorithm, body end)."""
         header = self.decode_header(view, pos)
-        if header.type_code == ET.START_V3 and self.fde is None:
+        if header.type_code == _START_V3 and self.fde is None:
             # A file's first event tells the header size: START_V3's body is 56 bytes, so a
             # 69-byte event has the 13-byte v1 header (whose length field sits at the same offset).
             self.header_len = 13 if header.event_length == 13 + 56 else 19
@@ -188,7 +192,7 @@ class Decoder:
         if self.encrypted_at is not None:
             raise EventDecodeError(f"binlog is encrypted from offset {self.encrypted_at} on "
                                    "(START_ENCRYPTION); binlogd cannot decrypt files", pos, header.type_code)
-        alg = self._fde_checksum(view) if header.type_code == ET.FORMAT_DESCRIPTION else self.checksum_alg
+        alg = self._fde_checksum(view) if header.type_code == _FORMAT_DESCRIPTION else self.checksum_alg
         end = len(view)
         if alg == CHECKSUM_CRC32:
             end -= 4
@@ -218,13 +222,13 @@ class Decoder:
         try:
             if tc in ROWS_TYPES:
                 return decode_rows(header, body, self)
-            if tc == ET.TABLE_MAP:
+            if tc == _TABLE_MAP:
                 return self._table_map(header, body)
-            if tc in (ET.FORMAT_DESCRIPTION, ET.START_V3):
+            if tc in _FORMATS:
                 return self._format_description(header, body, alg)
-            if tc == ET.TRANSACTION_PAYLOAD:
+            if tc == _TRANSACTION_PAYLOAD:
                 return self._transaction_payload(header, body)
-            if tc == ET.START_ENCRYPTION:
+            if tc == _START_ENCRYPTION:
                 self.encrypted_at = header.next_position or pos + header.event_length
             fn = _DISPATCH.get(tc)
             if fn is None:
@@ -245,7 +249,7 @@ class Decoder:
 
     def _verify_crc(self, view: memoryview, header: E.EventHeader, pos: int) -> None:
         expected = U32.unpack_from(view, len(view) - 4)[0]
-        if header.type_code == ET.FORMAT_DESCRIPTION and header.flags & LOG_EVENT_BINLOG_IN_USE_F:
+        if header.type_code == _FORMAT_DESCRIPTION and header.flags & LOG_EVENT_BINLOG_IN_USE_F:
             raw = bytearray(view[:-4])
             raw[17] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF  # the server checksums the FDE with the flag clear
             actual = zlib.crc32(raw)
