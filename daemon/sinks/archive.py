@@ -21,6 +21,10 @@ from protocol.events import Event, RotateEvent
 from .base import Sink, SinkError
 from .jsonl import _fsync_dir
 
+_ROTATE = int(ET.ROTATE)  # plain ints: an IntEnum member lookup costs ~0.2 µs on 3.11, per event here
+_HEARTBEATS = frozenset({ET.HEARTBEAT, ET.HEARTBEAT_V2})
+_BUFFER = 1 << 20  # one write(2) per MiB instead of one per event
+
 
 class ArchiveSink(Sink):
     """Raw copies of the primary's binlog files in ``directory``. Decodes no rows."""
@@ -55,7 +59,7 @@ class ArchiveSink(Sink):
         path = self.directory / name
         size = path.stat().st_size if path.exists() else 0
         if pos <= 4:
-            self._fh = open(path, "wb")
+            self._fh = open(path, "wb", buffering=_BUFFER)
             self._fh.write(MAGIC)
             size = 4
             if self.fsync:
@@ -63,21 +67,20 @@ class ArchiveSink(Sink):
         elif size < pos:
             raise SinkError(f"archive file {path} has {size} bytes, the stream continues at {pos}")
         else:
-            self._fh = open(path, "r+b")
+            self._fh = open(path, "r+b", buffering=_BUFFER)
             self._fh.truncate(pos)
             self._fh.seek(pos)
             size = pos
         self._name, self._size = name, size
 
-    def event(self, raw: bytes, event: Event) -> None:
+    def event(self, raw: bytes | memoryview, event: Event) -> None:
         h = event.header
         try:
-            if h.type_code == ET.ROTATE and (h.flags & LOG_EVENT_ARTIFICIAL_F or h.timestamp == 0):
+            if h.type_code == _ROTATE and (h.flags & LOG_EVENT_ARTIFICIAL_F or h.timestamp == 0):
                 if event.next_file != self._name or event.position != self._size or self._fh is None:
                     self._switch(event.next_file, event.position)
                 return
-            if h.type_code in (ET.HEARTBEAT, ET.HEARTBEAT_V2) or h.flags & LOG_EVENT_ARTIFICIAL_F \
-                    or h.next_position == 0:
+            if h.type_code in _HEARTBEATS or h.flags & LOG_EVENT_ARTIFICIAL_F or h.next_position == 0:
                 return
             if self._next is not None:
                 self._switch(self._next, 4)

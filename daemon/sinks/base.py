@@ -23,7 +23,9 @@ class Sink:
 
     Fields:
         wants_rows: False when the sink never looks at row values (the daemon then
-            skips decoding rows, which is the expensive part).
+            skips decoding rows, which is the expensive part, and passes ANNOTATE_ROWS and
+            ROWS_QUERY events as a bare :class:`protocol.events.Event`: header only, their
+            length and CRC32 checked, the statement text not decoded).
     """
 
     wants_rows = True
