@@ -19,6 +19,7 @@ import os
 import resource
 import sys
 import time
+import tracemalloc
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -101,22 +102,29 @@ def _timed(prop: str, case: tuple) -> float:
 def soak_range(prop: str, seed: int, start: int, stop: int) -> SoakResult:
     """Run cases ``start``..``stop - 1``; stops early after MAX_FAILURES failures."""
     result = SoakResult(prop, seed)
-    for i in range(start, stop):
-        case = make_case(prop, seed, i)
-        started = time.perf_counter()
-        try:
-            result.outcomes[run_case(prop, case)] += 1
-            took = time.perf_counter() - started
-            if took > DEADLINE_MS / 1000 and _timed(prop, case) > DEADLINE_MS / 1000:
-                raise AssertionError(f"took {took:.1f} s twice (deadline {DEADLINE_MS} ms)")
-        except Exception as exc:  # noqa: BLE001 - every escape is a finding, reported with its case
-            result.failures.append((i, case, f"{type(exc).__name__}: {exc}"))
-            if len(result.failures) >= MAX_FAILURES:
-                break
-            continue
-        finally:
-            result.cases += 1
-        result.slowest = max(result.slowest, (took, i))
+    owner = not tracemalloc.is_tracing()
+    if owner:
+        tracemalloc.start()  # once per range, not per case (see fuzz_cases.guarded)
+    try:
+        for i in range(start, stop):
+            case = make_case(prop, seed, i)
+            started = time.perf_counter()
+            try:
+                result.outcomes[run_case(prop, case)] += 1
+                took = time.perf_counter() - started
+                if took > DEADLINE_MS / 1000 and _timed(prop, case) > DEADLINE_MS / 1000:
+                    raise AssertionError(f"took {took:.1f} s twice (deadline {DEADLINE_MS} ms)")
+            except Exception as exc:  # noqa: BLE001 - every escape is a finding, reported with its case
+                result.failures.append((i, case, f"{type(exc).__name__}: {exc}"))
+                if len(result.failures) >= MAX_FAILURES:
+                    break
+                continue
+            finally:
+                result.cases += 1
+            result.slowest = max(result.slowest, (took, i))
+    finally:
+        if owner:
+            tracemalloc.stop()
     return result
 
 

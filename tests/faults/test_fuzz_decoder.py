@@ -59,6 +59,7 @@ from tests.faults.fuzz_cases import (
     FOLLOWING,
     SMALL_FILES,
     TARGETS,
+    DecoderMemoryBlowUp,
     HypothesisSource,
     corpus_bytes,
     cut_case,
@@ -334,3 +335,21 @@ def test_soak_reports_an_escaping_exception_with_its_case(corpus, monkeypatch):
     assert case == fuzz_soak.make_case("event", 1, i) and case[1] % 2 == 1
     assert error == "ValueError: not a BinlogError"
     assert f"FAILED case #{i}" in result.report()
+
+
+@pytest.mark.parametrize("already_tracing", [False, True])
+def test_guard_stops_a_runaway_allocation(already_tracing):
+    """The heap guard fires whether or not tracemalloc was already on (the soak keeps it on)."""
+    import tracemalloc
+
+    if already_tracing:
+        tracemalloc.start()
+    try:
+        with pytest.raises((DecoderMemoryBlowUp, AssertionError)):
+            with guarded():
+                hog = [bytes(1 << 20) for _ in range(80)]
+                time.sleep(0.2)
+                del hog
+        assert tracemalloc.is_tracing() == already_tracing
+    finally:
+        tracemalloc.stop()
