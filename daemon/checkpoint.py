@@ -34,7 +34,8 @@ class Checkpoint:
     Fields:
         position: the end of the last transaction the sink committed.
         sink: the sink's own state at that moment (file, offset…).
-        source: facts about the primary (flavor, server id/uuid) for sanity checks.
+        source: facts about the primary (flavor, server id/uuid) for sanity checks, the resume mode, and
+            ``skip_before`` (unix time) while a datetime start has not reached its first transaction.
         saved_at: unix time of the save.
     """
 

@@ -262,6 +262,8 @@ class Daemon:
             self.resume_gtid = self._checkpoint.source.get("resume") == "gtid"
             self.tracker = PositionTracker(self._checkpoint.position)
             self._source_facts["resume"] = self._checkpoint.source.get("resume", "file")
+            # A datetime start whose first transaction at or after the datetime was not reached yet.
+            self._skip_before = self._checkpoint.source.get("skip_before")
             return
         spec = self.cfg.source.start_spec
         if spec.kind == "current":
@@ -422,7 +424,9 @@ class Daemon:
         """Sink first (durable), then the checkpoint; only at a transaction boundary."""
         state = await asyncio.to_thread(self.sink.commit)
         self.metrics.sink_commit()
-        checkpoint = Checkpoint(self.tracker.committed, state, self._source_facts)
+        facts = self._source_facts if self._skip_before is None else {**self._source_facts,
+                                                                      "skip_before": self._skip_before}
+        checkpoint = Checkpoint(self.tracker.committed, state, facts)
         await asyncio.to_thread(self.store.save, checkpoint)
         self._sink_state, self._durable = state, checkpoint.position
         self._uncommitted, self._dirty, self._last_commit = 0, False, time.monotonic()

@@ -13,6 +13,7 @@ Every wait is bounded; the heartbeat period is 0.3 s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -339,6 +340,42 @@ def test_start_datetime_probes_with_non_blocking_dumps(tmp_path):
     probes = [d for d in primary.dumps if d.flags & 0x01]
     assert probes and all(p.command == "file" and p.pos == 4 for p in probes)
     assert by_gtid(sink_rows(tmp_path)) == {f"{UENUM}:4": ["update"], f"{UENUM}:5": ["delete"]}
+
+
+def test_start_datetime_skip_survives_a_restart_from_a_checkpoint(tmp_path):
+    """A checkpoint saved before the datetime was reached carries the skip, so a daemon that restarts
+    from it (after a crash, from an earlier position) goes on skipping: nothing before the datetime
+    is emitted, whatever point the restart resumes from."""
+    future = datetime.fromtimestamp(1647193297 + 10**8, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    end = at_pos(tmp_path, "mysql-enum-string-set.000001", 3331)
+
+    async def first():
+        async with FakePrimary(binlog(FENUM), password=PASSWORD) as primary, \
+                Running(config(tmp_path, primary.port, f"datetime:{future}"), primary) as d:
+            cp = await d.wait(end, 20, "end of file")
+            assert await d.stop() == 0
+            return cp
+
+    cp = run(first())
+    assert sink_rows(tmp_path) == []
+    assert cp.source.get("skip_before") == 1647193297 + 10**8
+    # The crash: the daemon restarts from a checkpoint at the file's start, taken mid-skip, and the
+    # datetime it skips to is that of the 4th transaction.
+    cp.position = dataclasses.replace(cp.position, pos=4, gtid_set="")
+    cp.source["skip_before"] = 1647193297
+    CheckpointStore(tmp_path / "state" / "checkpoint.json", lock=False).save(cp)
+
+    async def second():
+        async with FakePrimary(binlog(FENUM), password=PASSWORD) as primary, \
+                Running(config(tmp_path, primary.port, "current"), primary) as d:
+            cp = await d.wait(end, 20, "end of file")
+            assert await d.stop() == 0
+            return primary, cp
+
+    primary, cp = run(second())
+    assert [(dump.file, dump.pos) for dump in primary.dumps] == [("mysql-enum-string-set.000001", 4)]
+    assert by_gtid(sink_rows(tmp_path)) == {f"{UENUM}:4": ["update"], f"{UENUM}:5": ["delete"]}
+    assert "skip_before" not in cp.source
 
 
 # --------------------------------------------------------------------------- (2) checksum and heartbeat negotiation
