@@ -4,20 +4,24 @@
 commits single-row transactions at ``--rate`` per second and notes when each COMMIT was sent.
 In the same run:
 
-(a) **binlogd** (the daemon in-process, JSON-lines sink, fsync on commit): latency = when the
-    change event is readable in the sink file (after the sink's fsync) minus the COMMIT time;
-(b) **python-mysql-replication** (blocking ``BinLogStreamReader`` in a thread): latency = when
-    the peer hands the row to Python (nothing made durable) minus the COMMIT time.
+(a) **binlogd** (``binlogd run`` in its own process, JSON-lines sink, fsync on commit): latency =
+    when the change event is readable in the sink file (after the sink's fsync) minus the COMMIT time;
+(b) **python-mysql-replication** (blocking ``BinLogStreamReader`` in its own process): latency =
+    when the peer hands the row to Python (nothing made durable) minus the COMMIT time.
 
-Prints p50/p99/max for each and the ratio of p99s.
+Each side has a process (and so a GIL) of its own, as in production: sharing one with the writer
+and the sink's tail reader would add up to the interpreter's 5 ms switch interval to every thread
+hand-off. Times are CLOCK_MONOTONIC, which all processes share. Prints p50/p99/max for each and
+the ratio of p99s.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import multiprocessing
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -26,8 +30,6 @@ from pathlib import Path
 
 from bench.decode import log, machine
 from binlogd.localserver import LocalServer
-from daemon.config import load_config
-from daemon.service import Daemon
 
 
 def _writer(srv: LocalServer, rate: float, seconds: float, commits: dict, start: threading.Event) -> None:
@@ -61,16 +63,14 @@ def _tail_sink(directory: Path, seen: dict, stop: threading.Event) -> None:
         time.sleep(0.0005)
 
 
-def _peer(srv: LocalServer, seen: dict, stop: threading.Event, ready: threading.Event) -> None:
+def _peer(conn: dict, file: str, pos: int, out, stop, ready) -> None:
+    """The peer in its own process: ``out`` gets {id: when the row reached Python} once ``stop`` is set."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import WriteRowsEvent
 
-    # An explicit start: the peer connects lazily, on its first iteration, maybe after the writer began.
-    file, pos = srv.sql("SHOW MASTER STATUS")[0][:2]
-    stream = BinLogStreamReader(connection_settings={"host": "127.0.0.1", "port": srv.port, "user": srv.user,
-                                                     "passwd": srv.password},
-                                server_id=4243, only_events=[WriteRowsEvent], resume_stream=True, blocking=True,
-                                log_file=file, log_pos=int(pos))
+    seen: dict = {}
+    stream = BinLogStreamReader(connection_settings=conn, server_id=4243, only_events=[WriteRowsEvent],
+                                resume_stream=True, blocking=True, log_file=file, log_pos=pos)
     ready.set()
     try:
         for event in stream:
@@ -81,6 +81,7 @@ def _peer(srv: LocalServer, seen: dict, stop: threading.Event, ready: threading.
                 break
     finally:
         stream.close()
+        out.put(seen)
 
 
 def _stats(commits: dict, seen: dict, who: str) -> dict:
@@ -92,31 +93,45 @@ def _stats(commits: dict, seen: dict, who: str) -> dict:
             "max_ms": lat[-1]}
 
 
-async def _run(srv: LocalServer, args, workdir: Path) -> dict:
-    config = load_config(None, env={}, overrides={
-        "source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
-        "source.password": srv.repl_password, "checkpoint.path": str(workdir / "cp.json"),
-        "sink.path": str(workdir / "out"), "metrics.listen": ""})
-    daemon = Daemon(config)
-    task = asyncio.create_task(daemon.run())
-    while daemon._durable is None:
-        await asyncio.sleep(0.01)
-    commits, ours, theirs = {}, {}, {}
-    stop, start, peer_ready = threading.Event(), threading.Event(), threading.Event()
-    threads = [threading.Thread(target=_tail_sink, args=(workdir / "out", ours, stop), daemon=True),
-               threading.Thread(target=_peer, args=(srv, theirs, stop, peer_ready), daemon=True)]
-    for t in threads:
-        t.start()
-    peer_ready.wait(10)
-    start.set()
-    await asyncio.to_thread(_writer, srv, args.rate, args.seconds, commits, start)
-    deadline = time.monotonic() + 30
-    while (len(ours) < len(commits) or len(theirs) < len(commits)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    stop.set()
-    srv.sql("INSERT INTO l.t VALUES (0, 'wake the peer')")
-    daemon.stop()
-    await task
+def _run(srv: LocalServer, args, workdir: Path) -> dict:
+    sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
+            "source.password": srv.repl_password, "checkpoint.path": str(workdir / "cp.json"),
+            "sink.path": str(workdir / "out"), "metrics.listen": ""}
+    cmd = [sys.executable, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    errlog = open(workdir / "binlogd.log", "w+")
+    daemon = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog)
+    try:
+        deadline = time.monotonic() + 30
+        while not (workdir / "cp.json").exists():  # the first checkpoint: it is streaming
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                errlog.seek(0)
+                raise SystemExit(f"binlogd did not start (exit {daemon.poll()}): {errlog.read()[-2000:]}")
+            time.sleep(0.01)
+        ctx = multiprocessing.get_context("spawn")
+        out, stop, peer_ready = ctx.Queue(), ctx.Event(), ctx.Event()
+        file, pos = srv.sql("SHOW MASTER STATUS")[0][:2]
+        conn = {"host": "127.0.0.1", "port": srv.port, "user": srv.user, "passwd": srv.password}
+        peer = ctx.Process(target=_peer, args=(conn, file, int(pos), out, stop, peer_ready), daemon=True)
+        peer.start()
+        peer_ready.wait(30)
+        commits, ours = {}, {}
+        tail_stop, start = threading.Event(), threading.Event()
+        tail = threading.Thread(target=_tail_sink, args=(workdir / "out", ours, tail_stop), daemon=True)
+        tail.start()
+        start.set()
+        _writer(srv, args.rate, args.seconds, commits, start)
+        deadline = time.monotonic() + 30
+        while len(ours) < len(commits) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tail_stop.set()
+        stop.set()
+        srv.sql("INSERT INTO l.t VALUES (0, 'wake the peer')")
+        theirs = out.get(timeout=60)
+        peer.join(10)
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        errlog.close()
     return {"binlogd": _stats(commits, ours, "binlogd"),
             "python-mysql-replication": _stats(commits, theirs, "python-mysql-replication"),
             "achieved_rate": len(commits) / args.seconds}
@@ -133,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         srv.sql("CREATE DATABASE l")
         srv.sql("CREATE TABLE l.t (id BIGINT PRIMARY KEY, v VARCHAR(16))")
         log(f"writing {args.rate:g} transactions/s for {args.seconds:g}s ...")
-        result = asyncio.run(_run(srv, args, Path(tmp)))
+        result = _run(srv, args, Path(tmp))
     result.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine=machine())
     if args.json:
         print(json.dumps(result))
