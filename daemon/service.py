@@ -40,6 +40,7 @@ _FATAL_EXIT = {"auth": EXIT_AUTH, "binlog_missing": EXIT_BINLOG_MISSING, "miscon
                "tls": EXIT_MISCONFIGURED, "unreachable": EXIT_UNREACHABLE}
 _COMMIT_EVERY = 1000      # transactions per commit at most while the queue is busy
 _COMMIT_SECONDS = 1.0     # and at least this often
+_BATCH = 1024             # events per reader -> consumer hand-off at most
 _LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset 9 of a v4 header
 # Events that carry only a statement's text (no state, no position, nothing that can fail to decode):
 # a sink that takes no rows gets them with their header only (Decoder.check: length and CRC32 checked).
@@ -90,6 +91,7 @@ class Daemon:
         self._dirty = False            # anything written since the last commit
         self._last_commit = time.monotonic()
         self._skip_before: float | None = None
+        self._queued = 0  # events in the reader -> consumer queue
         self._schema: SchemaCache | None = None
         self._checkpoint: Checkpoint | None = None
         self.metrics_server: MetricsServer | None = None  # set by run(); .port is the bound port
@@ -243,8 +245,11 @@ class Daemon:
             status = f"STATUS=streaming from {info.flavor} {info.version_text} at {position.file}:{position.pos}"
             systemd.notify(f"READY=1\n{status}" if self.sessions == 1 else status)
             decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0, schema_source=self._schema_lookup())
-            queue: asyncio.Queue = asyncio.Queue(cfg.daemon.queue_events)
-            reader = asyncio.create_task(self._read(conn, queue))
+            # daemon.queue_events bounds the events in the queue: batches of at most _BATCH events.
+            batch = min(_BATCH, cfg.daemon.queue_events)
+            queue: asyncio.Queue = asyncio.Queue(max(1, cfg.daemon.queue_events // batch))
+            self._queued = 0
+            reader = asyncio.create_task(self._read(conn, queue, batch))
             await self._consume(queue, decoder)
         finally:
             if reader is not None:
@@ -318,12 +323,16 @@ class Daemon:
         require_tls(conn, s)
         return conn
 
-    async def _read(self, conn: SourceConnection, queue: asyncio.Queue) -> None:
-        """Reader task: packets into the queue; no byte for 2 × heartbeat is an error (raised by conn)."""
+    async def _read(self, conn: SourceConnection, queue: asyncio.Queue, batch: int) -> None:
+        """Reader task: events into the queue in batches of at most ``batch``; no byte for
+        2 × heartbeat is an error (raised by conn)."""
         conn.idle_timeout = 2 * self.cfg.source.heartbeat_seconds
         try:
             while True:
-                await queue.put(await conn.read_events())
+                events = await conn.read_events(batch)
+                await queue.put(events)
+                self._queued += len(events)
+                self.metrics.queue_depth(self._queued)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # handed to the consumer, which raises it in order
@@ -349,9 +358,10 @@ class Daemon:
                 if self._dirty and not self.tracker.in_transaction:
                     await self._commit()
                 continue
-            self.metrics.queue_depth(queue.qsize())
             if isinstance(item, BaseException):
                 raise item
+            self._queued -= len(item)
+            self.metrics.queue_depth(self._queued)
             last = len(item) - 1
             for index, raw in enumerate(item):
                 await self._handle(raw, decoder)

@@ -668,3 +668,32 @@ def test_checkpoint_after_stream_points_after_last_transaction(tmp_path):
     assert live == (rotate_name, 3331, False)
     assert by_gtid(sink_rows(tmp_path)) == {f"{UENUM}:3": ["insert"], f"{UENUM}:4": ["update"],
                                            f"{UENUM}:5": ["delete"]}
+
+
+def test_queue_events_bounds_the_events_between_reader_and_consumer(tmp_path):
+    """daemon.queue_events counts events, not reader batches: with a consumer slower than the
+    primary, the queue never holds more, binlogd_queue_depth reports events, and everything arrives."""
+    limit, depths, high = 2, [], [0]
+
+    async def main():
+        async with FakePrimary(binlog(F57), password=PASSWORD) as primary:
+            running = Running(config(tmp_path, primary.port, "file:mysql-bin.000057:4",
+                                     **{"daemon.queue_events": str(limit)}), primary)
+            d = running.daemon
+            handle, report = d._handle, d.metrics.queue_depth
+
+            async def slow_handle(raw, decoder):
+                high[0] = max(high[0], d._queued)
+                await asyncio.sleep(0.002)
+                await handle(raw, decoder)
+
+            d._handle = slow_handle
+            d.metrics.queue_depth = lambda n: (depths.append(n), report(n))
+            async with running:
+                await running.wait(at_pos(tmp_path, "mysql-bin.000057", 1283), 30, "end of file")
+                assert await running.stop() == 0
+
+    run(main())
+    assert 0 < high[0] <= limit, f"{high[0]} events were queued with daemon.queue_events = {limit}"
+    assert max(depths) == limit
+    assert by_gtid(sink_rows(tmp_path)) == {f"{U57}:12": ["insert"], f"{U57}:13": ["update", "insert"]}
