@@ -458,6 +458,7 @@ def run_damaged_case(name: str, flips, seed: int) -> str:
     with guarded():
         whole = _outcomes(iter_events(data, Decoder(verify_checksums=False)))
         incremental = _outcomes(_reader_events(data, Decoder(verify_checksums=False), seed))
-    assert incremental == whole
+    # repr, not ==: a damaged float can decode to NaN, which is never equal to itself
+    assert repr(incremental) == repr(whole)
     last = whole[-1] if whole else None
     return last[1] if last and last[0] == "error" else "ok"

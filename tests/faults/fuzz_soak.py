@@ -148,11 +148,14 @@ def soak(prop: str, cases: int, seed: int, jobs: int, progress=None) -> SoakResu
 
 
 def _progress_printer(cases: int):
-    """A progress callback for soak() that prints a line at every tenth of ``cases``."""
+    """A progress callback for soak(): a line at every tenth of ``cases``, and each failure as it comes."""
     step = max(cases // 10, CHUNK)
-    next_mark = [step]
+    next_mark, shown = [step], [0]
 
     def progress(r: SoakResult) -> None:
+        for i, case, error in r.failures[shown[0]:]:
+            print(f"  FAILED {r.prop} case #{i} (seed {r.seed}): {case!r}\n    {error}", flush=True)
+        shown[0] = len(r.failures)
         if r.cases >= next_mark[0]:
             print(f"  {r.prop}: {r.cases}/{cases} cases, {len(r.failures)} failures, {r.seconds:.0f} s", flush=True)
             next_mark[0] += step

@@ -301,6 +301,8 @@ PINNED_DAMAGED_CASES: list[tuple] = [
     ("rust_mysql_common/update-full-row.binlog", ((208, 128),), 0),
     # a rows event's columns-present bitmap loses its only bit: endless row loop
     ("rust_mysql_common/update-full-row.binlog", ((499, 1),), 0),
+    # a VECTOR float becomes NaN: both readers give it, but NaN != NaN (the harness compared with ==)
+    ("rust_mysql_common/vector.binlog", ((3193, 192), (2858, 214), (3433, 198), (1426, 225)), 17007),
 ]
 
 
