@@ -81,123 +81,10 @@ class Packet:
         return (self.last_seq + 1) & 0xFF
 
 
-class PacketReader:
-    """Incremental packet parser: :meth:`feed` bytes, take :class:`Packet` s from :meth:`next_packet`.
-
-    The result does not depend on how the input was split into ``feed`` calls.
-    Continuation chunks must carry consecutive sequence ids (mod 256). Once
-    :meth:`next_packet` has raised, the reader is broken and raises the same
-    error again.
-    """
-
-    __slots__ = ("_buf", "_pos", "_consumed", "_max", "_eof", "_error", "_parts", "_parts_len",
-                 "_first_seq", "_last_seq", "_start")
-
-    def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> None:
-        """``max_packet_size``: largest joined payload accepted (bytes); more raises ProtocolError."""
-        if max_packet_size < 0:
-            raise ValueError("max_packet_size must be >= 0")
-        self._buf = bytearray()
-        self._pos = 0  # read position in _buf
-        self._consumed = 0  # stream offset of _buf[0]
-        self._max = max_packet_size
-        self._eof = False
-        self._error: ProtocolError | None = None
-        self._parts: list[bytes] = []  # chunks of the packet being joined
-        self._parts_len = 0
-        self._first_seq = -1
-        self._last_seq = -1
-        self._start = 0
-
-    @property
-    def buffered(self) -> int:
-        """Bytes fed but not yet returned as part of a packet (including a partial packet's chunks)."""
-        return len(self._buf) - self._pos + self._parts_len
-
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Append received bytes. Raises ProtocolError after :meth:`feed_eof`."""
-        if self._eof:
-            raise ProtocolError("data fed after end of stream")
-        self._buf += data
-
-    def feed_eof(self) -> None:
-        """Mark the end of the stream: later :meth:`next_packet` calls raise TruncatedError mid-packet."""
-        self._eof = True
-
-    def next_packet(self) -> Packet | None:
-        """Return the next complete packet, or None when more data is needed (or at a clean EOF).
-
-        Raises ProtocolError when a packet exceeds ``max_packet_size`` or a
-        continuation chunk's sequence id is out of order; TruncatedError when
-        the stream ended inside a packet.
-        """
-        if self._error is not None:
-            raise self._error
-        try:
-            return self._next()
-        except ProtocolError as exc:
-            self._error = exc
-            raise
-
-    def _next(self) -> Packet | None:
-        buf = self._buf
-        while True:
-            pos = self._pos
-            if len(buf) - pos < 4:
-                return self._need_data()
-            lo, hi, seq = _HEADER.unpack_from(buf, pos)
-            length = lo | (hi << 16)
-            offset = self._consumed + pos
-            if self._first_seq < 0:
-                self._start = offset
-            elif seq != (self._last_seq + 1) & 0xFF:
-                raise ProtocolError(
-                    f"continuation chunk has sequence id {seq}, expected {(self._last_seq + 1) & 0xFF}",
-                    offset,
-                )
-            total = self._parts_len + length
-            if total > self._max:
-                raise ProtocolError(f"packet of {total}+ bytes exceeds the limit of {self._max}", self._start)
-            if len(buf) - pos - 4 < length:
-                return self._need_data()
-            with memoryview(buf) as view:
-                chunk = bytes(view[pos + 4 : pos + 4 + length])
-            self._pos = pos + 4 + length
-            self._compact()
-            if self._first_seq < 0:
-                self._first_seq = seq
-            self._last_seq = seq
-            if length == MAX_CHUNK:
-                self._parts.append(chunk)
-                self._parts_len = total
-                continue
-            if self._parts:
-                self._parts.append(chunk)
-                chunk = b"".join(self._parts)
-                self._parts.clear()
-                self._parts_len = 0
-            pkt = Packet(chunk, self._first_seq, seq, self._start)
-            self._first_seq = self._last_seq = -1
-            return pkt
-
-    def _need_data(self) -> None:
-        if self._eof and (self._pos < len(self._buf) or self._parts):
-            offset = self._start if self._parts else self._consumed + self._pos
-            raise TruncatedError("stream ended inside a packet", offset)
-        return None
-
-    def _compact(self) -> None:
-        pos = self._pos
-        if pos == len(self._buf) or (pos >= _COMPACT_AT and 2 * pos >= len(self._buf)):
-            del self._buf[: self._pos]
-            self._consumed += self._pos
-            self._pos = 0
-
-
 class BufferedPacketReader:
     """Packet parser that owns its receive buffers and returns payloads without copying them.
 
-    Framing, limits and errors are those of :class:`PacketReader`; the input comes through
+    Continuation chunks must carry consecutive sequence ids (mod 256). The input comes through
     :meth:`get_buffer` + :meth:`buffer_updated` (the socket writes straight into the buffer) or
     :meth:`feed`, and :meth:`next_payload` returns the payload alone as a read-only memoryview
     of the buffer. Bytes once returned are never written again: a view stays valid for as long
@@ -211,7 +98,7 @@ class BufferedPacketReader:
     """
 
     __slots__ = ("_buf", "_view", "_pos", "_end", "_consumed", "_spare", "_size", "_want", "_max", "_eof",
-                 "_error", "_parts", "_parts_len", "_first_seq", "_last_seq", "_start")
+                 "_error", "_parts", "_parts_len", "_first_seq", "_last_seq", "_start", "_done")
 
     def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE, buffer_size: int = 1 << 20) -> None:
         if max_packet_size < 0 or buffer_size < 4:
@@ -232,6 +119,7 @@ class BufferedPacketReader:
         self._first_seq = -1
         self._last_seq = -1
         self._start = 0
+        self._done = (-1, -1, 0)  # (first seq, last seq, offset) of the packet returned last
 
     @property
     def buffered(self) -> int:
@@ -262,7 +150,7 @@ class BufferedPacketReader:
             raise ProtocolError("data fed after end of stream")
         n = len(data)
         if len(self._buf) - self._end < n:
-            self._move(n)
+            self._move(max(n, self._want - (self._end - self._pos)))  # room for the whole chunk being read
         self._view[self._end:self._end + n] = data
         self._end += n
 
@@ -273,7 +161,8 @@ class BufferedPacketReader:
     def next_payload(self) -> memoryview | bytes | None:
         """The next complete packet's payload, or None when more data is needed (or at a clean EOF).
 
-        Raises ProtocolError or TruncatedError as :meth:`PacketReader.next_packet` does; once it
+        Raises ProtocolError when a packet exceeds ``max_packet_size`` or a continuation chunk's
+        sequence id is out of order; TruncatedError when the stream ended inside a packet. Once it
         has raised, it raises the same error again.
         """
         if self._error is not None:
@@ -321,6 +210,7 @@ class BufferedPacketReader:
                 chunk = b"".join(self._parts)
                 self._parts.clear()
                 self._parts_len = 0
+            self._done = (self._first_seq, seq, self._start)
             self._first_seq = self._last_seq = -1
             return chunk
 
@@ -346,6 +236,32 @@ class BufferedPacketReader:
         self._buf, self._view = buf, view
         self._consumed += self._pos
         self._pos, self._end = 0, tail
+
+
+class PacketReader(BufferedPacketReader):
+    """Incremental packet parser: :meth:`feed` bytes, take :class:`Packet` s from :meth:`next_packet`.
+
+    The parser of :class:`BufferedPacketReader` (the same framing, limits and errors), returning each
+    payload as ``bytes`` with its sequence ids and stream offset. The result does not depend on how
+    the input was split into ``feed`` calls.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> None:
+        """``max_packet_size``: largest joined payload accepted (bytes); more raises ProtocolError."""
+        super().__init__(max_packet_size, buffer_size=1 << 16)
+
+    def next_packet(self) -> Packet | None:
+        """The next complete packet, or None when more data is needed (or at a clean EOF).
+
+        Raises what :meth:`BufferedPacketReader.next_payload` raises.
+        """
+        payload = self.next_payload()
+        if payload is None:
+            return None
+        first, last, offset = self._done
+        return Packet(bytes(payload), first, last, offset)
 
 
 def _unshared(buf: bytearray) -> bool:
