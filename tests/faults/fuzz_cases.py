@@ -326,9 +326,8 @@ def guarded():
     it exhausts the machine) and DecoderHang after WATCHDOG_S seconds (an endless loop that does not
     allocate would otherwise never return to hypothesis, whose deadline is only checked after the call).
 
-    tracemalloc is started for the case and stopped after it, unless it was already tracing: the soak
-    runner traces for its whole run, because starting and stopping tracemalloc a million times grows
-    the process by ~3 KB each time.
+    tracemalloc is started for the case and stopped after it, unless it was already tracing. Each
+    start/stop leaves ~3 KB behind, so the soak runner recycles its worker processes.
     """
     started = time.monotonic()
     owner = not tracemalloc.is_tracing()
