@@ -15,7 +15,6 @@ errors the rest raised), the slowest case and the workers' peak RSS. Exit status
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import resource
 import sys
@@ -127,20 +126,22 @@ def soak(prop: str, cases: int, seed: int, jobs: int, progress=None) -> SoakResu
     total = SoakResult(prop, seed)
     started = time.monotonic()
     chunks = [(start, min(start + CHUNK, cases)) for start in range(0, cases, CHUNK)]
-    # Fresh workers every few chunks: tracemalloc, started and stopped around each case (fuzz_cases.guarded),
-    # leaves ~3 KB behind each time; tracing whole ranges instead would make every case ~3x slower.
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                             max_tasks_per_child=TASKS_PER_WORKER) as pool:
-        futures = [pool.submit(soak_range, prop, seed, a, b) for a, b in chunks]
-        for future in futures:
-            total.merge(future.result())
-            total.seconds = time.monotonic() - started
-            if progress:
-                progress(total)
-            if len(total.failures) >= MAX_FAILURES:
-                for f in futures:
-                    f.cancel()
-                break
+    group = jobs * TASKS_PER_WORKER
+    for first in range(0, len(chunks), group):
+        # Fresh workers for every group of chunks: tracemalloc, started and stopped around each case
+        # (fuzz_cases.guarded), leaves ~3 KB behind each time; tracing whole ranges instead would make
+        # every case ~3x slower.
+        with ProcessPoolExecutor(jobs) as pool:
+            futures = [pool.submit(soak_range, prop, seed, a, b) for a, b in chunks[first:first + group]]
+            for future in futures:
+                total.merge(future.result())
+                total.seconds = time.monotonic() - started
+                if progress:
+                    progress(total)
+                if len(total.failures) >= MAX_FAILURES:
+                    for f in futures:
+                        f.cancel()
+                    return total
     return total
 
 
