@@ -239,16 +239,12 @@ def _own_xid(event: E.Event) -> int | None:
 
 def _xid_of(event: E.Event) -> int | None:
     """The XID an event carries: XID events, DDL logged with an xid, a payload's inner XID."""
-    t = type(event)
-    if t is E.XidEvent:
-        return event.xid
-    if t is E.QueryEvent:
-        return event.status.get("xid")
-    if t is E.TransactionPayloadEvent:
+    if type(event) is E.TransactionPayloadEvent:
         for inner in event.events:
             if type(inner) is E.XidEvent:
                 return inner.xid
-    return None
+        return None
+    return _own_xid(event)
 
 
 class ChangeRows(Rows):
