@@ -4,7 +4,9 @@ One asyncio task reads packets from the primary into a bounded queue (in batches
 complete event a socket read brought). Another task,
 the consumer, decodes them, writes each transaction to the sink, and commits
 the sink and then the checkpoint at transaction boundaries. Several
-transactions may be grouped per commit while the queue is busy. After any
+transactions may be grouped per commit while the queue is busy. A commit flushes
+the sink on the consumer; a worker thread then makes it durable (fsync) and saves
+the checkpoint while the consumer goes on with the next transactions. After any
 error it reconnects from the last committed boundary, with capped
 exponential backoff and jitter, and reopens the sink at its committed state,
 so a transaction that was partly written is written again exactly once.
@@ -40,6 +42,7 @@ _FATAL_EXIT = {"auth": EXIT_AUTH, "binlog_missing": EXIT_BINLOG_MISSING, "miscon
                "tls": EXIT_MISCONFIGURED, "unreachable": EXIT_UNREACHABLE}
 _COMMIT_EVERY = 1000      # transactions per commit at most while the queue is busy
 _COMMIT_SECONDS = 1.0     # and at least this often
+_COMMIT_BYTES = 8 << 20   # and after this many bytes of events (each sync then has little to write)
 _BATCH = 1024             # events per reader -> consumer hand-off at most
 _LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset 9 of a v4 header
 # Events that carry only a statement's text (no state, no position, nothing that can fail to decode):
@@ -90,6 +93,8 @@ class Daemon:
         self._uncommitted = 0          # transactions written but not yet committed
         self._dirty = False            # anything written since the last commit
         self._last_commit = time.monotonic()
+        self._bytes_since_commit = 0
+        self._syncing: asyncio.Future | None = None  # the sink sync + checkpoint save in flight
         self._skip_before: float | None = None
         self._queued = 0  # events in the reader -> consumer queue
         self._schema: SchemaCache | None = None
@@ -198,7 +203,8 @@ class Daemon:
                 if getattr(exc, "fatal", False):
                     self.log.error("%s", exc)
                     return EXIT_CHECKPOINT
-                message, level = f"{exc}; checkpoint stays at {self._where()}, retrying", logging.ERROR
+                durable = f"{self._durable.file}:{self._durable.pos}" if self._durable else "start"
+                message, level = f"{exc}; checkpoint stays at {durable}, retrying", logging.ERROR
             self.metrics.set_up(False)
             if self.sessions > sessions_before:  # it did stream: start the backoff over
                 delay, attempts = rc.initial_seconds, 0
@@ -258,6 +264,10 @@ class Daemon:
                     await reader
                 except (asyncio.CancelledError, Exception):
                     pass
+            try:
+                await self._settle()  # no sync may run while the sink is reopened or closed
+            except (SinkError, CheckpointError):
+                pass  # the checkpoint stays where it was; this session failed anyway
             await conn.close()
 
     async def _first_start(self, conn: SourceConnection, info) -> None:
@@ -343,6 +353,8 @@ class Daemon:
         deadline = None
         while True:
             self._progress = time.monotonic()
+            if self._syncing is not None and self._syncing.done():
+                await self._settle()  # raises a failed sync now, not at the next commit
             if self.stopping.is_set():
                 if not self.tracker.in_transaction:
                     break
@@ -365,12 +377,24 @@ class Daemon:
             last = len(item) - 1
             for index, raw in enumerate(item):
                 await self._handle(raw, decoder)
-                if not self.tracker.in_transaction and self._dirty and (
-                        (index == last and queue.empty()) or self._uncommitted >= _COMMIT_EVERY
-                        or time.monotonic() - self._last_commit >= _COMMIT_SECONDS):
-                    await self._commit()
+                if not self.tracker.in_transaction and self._dirty \
+                        and self._commit_due(index == last and queue.empty()):
+                    await self._commit(wait=False)
         if self._dirty and not self.tracker.in_transaction:
             await self._commit()
+        else:
+            await self._settle()
+
+    def _commit_due(self, idle: bool) -> bool:
+        """At a transaction boundary: commit now? Always when nothing else is queued (``idle``);
+        while busy, after _COMMIT_EVERY transactions, _COMMIT_BYTES bytes or _COMMIT_SECONDS,
+        once the previous commit's sync is done."""
+        if idle:
+            return True
+        if self._syncing is not None and not self._syncing.done():
+            return False
+        return (self._uncommitted >= _COMMIT_EVERY or self._bytes_since_commit >= _COMMIT_BYTES
+                or time.monotonic() - self._last_commit >= _COMMIT_SECONDS)
 
     async def _handle(self, raw: bytes | memoryview, decoder: Decoder) -> None:
         pos = _stream_pos(raw, decoder)
@@ -384,6 +408,7 @@ class Daemon:
         artificial = bool(h.flags & LOG_EVENT_ARTIFICIAL_F) or h.timestamp == 0
         heartbeat = tc in _HEARTBEATS
         self.metrics.event(_type_name(tc), h.timestamp, len(raw), artificial or heartbeat)
+        self._bytes_since_commit += len(raw)
         if heartbeat:
             self.metrics.heartbeat()
             return
@@ -430,14 +455,45 @@ class Daemon:
             n += 1
         self.metrics.rows(event.schema, event.table, event.kind, n)
 
-    async def _commit(self) -> None:
-        """Sink first (durable), then the checkpoint; only at a transaction boundary."""
-        state = await asyncio.to_thread(self.sink.commit)
-        self.metrics.sink_commit()
+    async def _commit(self, wait: bool = True) -> None:
+        """Sink first (durable), then the checkpoint; only at a transaction boundary.
+
+        The sink's flush runs here, after the previous commit's sync has finished; this one's sync
+        and checkpoint save run in a worker thread. ``wait``: return only once both are done.
+
+        Raises:
+            SinkError, CheckpointError: this commit failed, or the previous one did.
+        """
+        await self._settle()
+        state = self.sink.flush()
         facts = self._source_facts if self._skip_before is None else {**self._source_facts,
                                                                       "skip_before": self._skip_before}
         checkpoint = Checkpoint(self.tracker.committed, state, facts)
-        await asyncio.to_thread(self.store.save, checkpoint)
-        self._sink_state, self._durable = state, checkpoint.position
-        self._uncommitted, self._dirty, self._last_commit = 0, False, time.monotonic()
+        self._uncommitted, self._dirty, self._last_commit, self._bytes_since_commit = 0, False, time.monotonic(), 0
+        self._syncing = asyncio.ensure_future(asyncio.to_thread(self._make_durable, checkpoint))
+        self._syncing.add_done_callback(lambda job: self._made_durable(job, checkpoint))
+        if wait:
+            await self._settle()
+
+    def _make_durable(self, checkpoint: Checkpoint) -> None:
+        """In a worker thread: sync the sink, then save the checkpoint."""
+        self.sink.sync()
+        self.store.save(checkpoint)
+
+    def _made_durable(self, job: asyncio.Future, checkpoint: Checkpoint) -> None:
+        """On the loop, as soon as a sync job ends (before anyone awaiting it resumes)."""
+        if job.cancelled() or job.exception() is not None:
+            return
+        self._sink_state, self._durable = checkpoint.sink, checkpoint.position
+        self.metrics.sink_commit()
         self.metrics.checkpoint_saved()
+
+    async def _settle(self) -> None:
+        """Wait for the sync job in flight, if any.
+
+        Raises:
+            SinkError, CheckpointError: it failed (the checkpoint did not move).
+        """
+        job, self._syncing = self._syncing, None
+        if job is not None:
+            await job

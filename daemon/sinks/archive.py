@@ -18,8 +18,7 @@ from protocol.constants import LOG_EVENT_ARTIFICIAL_F, MAGIC
 from protocol.constants import EventType as ET
 from protocol.events import Event, RotateEvent
 
-from .base import Sink, SinkError
-from .jsonl import _fsync_dir
+from .base import Sink, SinkError, close_all, fsync_dir, sync_all
 
 _ROTATE = int(ET.ROTATE)  # plain ints: an IntEnum member lookup costs ~0.2 µs on 3.11, per event here
 _HEARTBEATS = frozenset({ET.HEARTBEAT, ET.HEARTBEAT_V2})
@@ -38,6 +37,7 @@ class ArchiveSink(Sink):
         self._name: str | None = None
         self._size = 0
         self._next: str | None = None  # where the stream continues after a ROTATE
+        self._unsynced: list[int] = []  # descriptors (dups) that sync() fsyncs and closes
 
     def open(self, state: dict | None) -> None:
         try:
@@ -63,7 +63,7 @@ class ArchiveSink(Sink):
             self._fh.write(MAGIC)
             size = 4
             if self.fsync:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
         elif size < pos:
             raise SinkError(f"archive file {path} has {size} bytes, the stream continues at {pos}")
         else:
@@ -97,16 +97,19 @@ class ArchiveSink(Sink):
         except OSError as exc:
             raise SinkError(f"cannot write archive file {self._name}: {exc.strerror}") from exc
 
-    def commit(self) -> dict:
+    def flush(self) -> dict:
         if self._fh is None:
             return {"file": self._name, "size": self._size} if self._name else {}
         try:
             self._fh.flush()
             if self.fsync:
-                os.fsync(self._fh.fileno())
+                self._unsynced.append(os.dup(self._fh.fileno()))  # the file may be closed before sync()
         except OSError as exc:
-            raise SinkError(f"cannot commit archive file {self._name}: {exc.strerror}") from exc
+            raise SinkError(f"cannot write archive file {self._name}: {exc.strerror}") from exc
         return {"file": self._name, "size": self._size}
+
+    def sync(self) -> None:
+        sync_all(self._unsynced, f"archive file {self._name}")
 
     def _close_file(self) -> None:
         if self._fh is not None:
@@ -121,3 +124,4 @@ class ArchiveSink(Sink):
             self._close_file()
         except OSError:
             self._fh = None
+        close_all(self._unsynced)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from protocol.errors import BinlogError
 from protocol.events import Event
 
@@ -42,13 +44,63 @@ class Sink:
     def change(self, change: dict) -> None:
         """One row change (DESIGN.md's change-event shape) of the current transaction."""
 
-    def commit(self) -> dict:
-        """Make everything received so far durable; return the state to store in the checkpoint.
+    def flush(self) -> dict:
+        """Hand everything received so far on to storage (``write(2)``, a producer's send) and return
+        the state that covers it. Runs on the consumer between events, so it must be quick.
 
         Raises:
-            SinkError: nothing was committed; the daemon retries after discarding (re-``open``).
+            SinkError: nothing was handed on; the daemon retries after discarding (re-``open``).
         """
         return {}
 
+    def sync(self) -> None:
+        """Make everything up to the last :meth:`flush` durable (``fsync``, a producer's flush).
+
+        Runs in a worker thread while the consumer may already pass later events to :meth:`event`
+        and :meth:`change`, so it must touch nothing those touch. Never runs twice at once.
+
+        Raises:
+            SinkError: not durable; the daemon retries after discarding (re-``open``).
+        """
+
+    def commit(self) -> dict:
+        """:meth:`flush` then :meth:`sync`: the state once it is durable."""
+        state = self.flush()
+        self.sync()
+        return state
+
     def close(self) -> None:
         """Release files and buffers (without committing)."""
+
+
+def fsync_dir(path: os.PathLike) -> None:
+    """fsync a directory (a file created or renamed in it survives a crash)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_all(fds: list[int], what: str) -> None:
+    """fsync and close each descriptor, emptying ``fds`` (the dups a file sink's flush() took).
+
+    Raises:
+        SinkError: an fsync failed (every descriptor is closed all the same).
+    """
+    try:
+        while fds:
+            os.fsync(fds[0])
+            os.close(fds.pop(0))
+    except OSError as exc:
+        close_all(fds)
+        raise SinkError(f"cannot sync {what}: {exc.strerror}") from exc
+
+
+def close_all(fds: list[int]) -> None:
+    """Close each descriptor, emptying ``fds``."""
+    while fds:
+        try:
+            os.close(fds.pop())
+        except OSError:
+            pass

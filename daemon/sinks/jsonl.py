@@ -2,7 +2,7 @@
 
 Rows of the transaction in progress are appended to the current file as they
 arrive (its uncommitted tail is the staging area, so a transaction never has
-to fit in memory). ``commit`` flushes and fsyncs and returns ``{file, offset}``.
+to fit in memory). ``flush`` writes and returns ``{file, offset}``; ``sync`` fsyncs.
 ``open`` truncates the file back to the checkpointed offset and removes later
 files, so a transaction the checkpoint does not cover is written once, when it
 is read again.
@@ -17,17 +17,9 @@ from pathlib import Path
 
 from protocol.serialize import dumps
 
-from .base import Sink, SinkError
+from .base import Sink, SinkError, close_all, fsync_dir, sync_all
 
 _NAME = re.compile(r"changes-(\d{6})\.jsonl")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class JsonLinesSink(Sink):
@@ -41,6 +33,7 @@ class JsonLinesSink(Sink):
         self.directory = Path(directory)
         self.max_file_bytes, self.max_file_seconds, self.fsync = max_file_bytes, max_file_seconds, fsync
         self._fh = None
+        self._unsynced: list[int] = []  # descriptors (dups) that sync() fsyncs and closes
         self._index = 1
         self._opened_at = 0.0
 
@@ -82,7 +75,7 @@ class JsonLinesSink(Sink):
         self._fh = open(path, "ab", buffering=1 << 20)
         self._opened_at = time.monotonic()
         if created and self.fsync:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     def change(self, change: dict) -> None:
         try:
@@ -90,14 +83,14 @@ class JsonLinesSink(Sink):
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
 
-    def commit(self) -> dict:
+    def flush(self) -> dict:
         try:
             self._fh.flush()
-            if self.fsync:
-                os.fsync(self._fh.fileno())
             offset = self._fh.tell()
             too_big = self.max_file_bytes and offset >= self.max_file_bytes
             too_old = self.max_file_seconds and time.monotonic() - self._opened_at >= self.max_file_seconds
+            if self.fsync:
+                self._unsynced.append(os.dup(self._fh.fileno()))  # rotation may close the file before sync()
             if too_big or too_old:
                 self._fh.close()
                 self._index += 1
@@ -107,6 +100,9 @@ class JsonLinesSink(Sink):
             raise SinkError(f"cannot commit {self._path(self._index)}: {exc.strerror}") from exc
         return {"file": self._path(self._index).name, "offset": offset}
 
+    def sync(self) -> None:
+        sync_all(self._unsynced, str(self._path(self._index)))
+
     def close(self) -> None:
         if self._fh is not None:
             try:
@@ -114,3 +110,4 @@ class JsonLinesSink(Sink):
             except OSError:
                 pass  # uncommitted data is discarded on the next open anyway
             self._fh = None
+        close_all(self._unsynced)

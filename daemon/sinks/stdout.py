@@ -21,7 +21,7 @@ class StdoutSink(Sink):
     def change(self, change: dict) -> None:
         self._out.write(dumps(change) + b"\n")
 
-    def commit(self) -> dict:
+    def flush(self) -> dict:
         try:
             self._out.flush()
         except OSError as exc:

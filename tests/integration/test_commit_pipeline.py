@@ -1,0 +1,117 @@
+"""The daemon's commits against the fake primary: the sink's sync and the checkpoint save run in a
+worker thread while the consumer goes on, and the checkpoint never moves past what the sink made durable.
+
+Each commit flushes the sink on the consumer, then a worker thread syncs it and saves the checkpoint.
+Here a sync is held (or made to fail) to show that (1) the consumer keeps reading and writing later
+transactions meanwhile, (2) the checkpoint only moves once the sync is done, and (3) a failed sync
+leaves the checkpoint where it was, and the transactions after it are delivered again exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from daemon import service
+from daemon.sinks import SinkError
+from tests.fakeprimary import FakePrimary
+from tests.integration.test_fake_primary import (
+    F57,
+    PASSWORD,
+    U57,
+    Running,
+    at_pos,
+    binlog,
+    by_gtid,
+    checkpoint,
+    config,
+    run,
+    sink_rows,
+)
+
+pytest.importorskip("aiomysql")
+pytestmark = pytest.mark.usefixtures("corpus")
+
+END = ("mysql-bin.000057", 1283)   # F57 ends after GTID :13; its rows: :12 insert, :13 update + insert
+ROWS = {f"{U57}:12": ["insert"], f"{U57}:13": ["update", "insert"]}
+
+
+def _start(tmp_path, primary):
+    return Running(config(tmp_path, primary.port, "file:mysql-bin.000057:4"), primary)
+
+
+def test_consumer_goes_on_while_a_sync_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(service, "_COMMIT_EVERY", 1)  # commit at every boundary the last sync allows
+    release, held = threading.Event(), threading.Event()
+
+    async def main():
+        async with FakePrimary(binlog(F57), password=PASSWORD) as primary:
+            running = _start(tmp_path, primary)
+            d = running.daemon
+            flush, sync, flushed, synced = d.sink.flush, d.sink.sync, [], []
+
+            def flush_at():
+                flushed.append(d.tracker.committed.pos)  # the position this commit's checkpoint holds
+                return flush()
+
+            def slow_sync():
+                synced.append(len(flushed))
+                if len(synced) == 2:  # the first one after the start: hold it
+                    held.set()
+                    assert release.wait(20), "the test never released the sync"
+                sync()
+
+            d.sink.flush, d.sink.sync = flush_at, slow_sync
+            async with running:
+                await running.wait(held.is_set, 10, "the held sync")
+                held_at = flushed[1]
+                # The consumer reads the rest of the file and writes it to the sink meanwhile...
+                await running.wait(lambda: d.tracker.committed.pos == END[1], 10, "the end of the file")
+                # ...but the checkpoint stays behind the sync that is held.
+                await asyncio.sleep(0.2)
+                cp = checkpoint(tmp_path)
+                assert cp is not None and cp.position.pos < held_at < END[1]
+                assert len(flushed) == 2, "no commit may start while the last one's sync runs"
+                release.set()
+                await running.wait(at_pos(tmp_path, *END), 10, "the checkpoint at the end")
+                assert await running.stop() == 0
+
+    try:
+        run(main())
+    finally:
+        release.set()
+    assert by_gtid(sink_rows(tmp_path)) == ROWS
+
+
+def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(service, "_COMMIT_EVERY", 1)
+    seen: list[int] = []
+
+    async def main():
+        async with FakePrimary(binlog(F57), password=PASSWORD) as primary:
+            running = _start(tmp_path, primary)
+            d = running.daemon
+            sync = d.sink.sync
+
+            def failing_sync():
+                seen.append(d._durable.pos if d._durable else 0)
+                if len(seen) == 3:
+                    raise SinkError("disk on fire")
+                sync()
+
+            d.sink.sync = failing_sync
+            async with running:
+                await running.wait(at_pos(tmp_path, *END), 20, "the checkpoint at the end")
+                assert len(primary.connections) == 2, "the failed sync must end the session"
+                assert await running.stop() == 0
+            return d
+
+    d = run(main())
+    assert len(seen) >= 4
+    said = [r.getMessage() for r in caplog.records if "disk on fire" in r.getMessage()]
+    assert said == [f"disk on fire; checkpoint stays at mysql-bin.000057:{seen[2]}, retrying in 0.1s"]
+    assert seen[2] < END[1]
+    assert d.metrics.registry.get_sample_value("binlogd_errors_total", {"kind": "sink"}) == 1
+    assert by_gtid(sink_rows(tmp_path)) == ROWS  # the rows after the failed sync: written again, once
