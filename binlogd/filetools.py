@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +23,7 @@ from protocol.constants import EventType as ET
 from protocol.decoder import HEADER_V4, Decoder
 from protocol.errors import BinlogError, ProtocolError, TruncatedError
 from protocol.events import Event, FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, RotateEvent
+from protocol.primitives import crc32
 from protocol.reader import check_magic, iter_events
 
 _GTID_TYPES = {ET.GTID, ET.GTID_TAGGED, ET.MARIADB_GTID}
@@ -170,7 +170,7 @@ class _Tail:
                 _, tc, _, length, _, _ = HEADER_V4.unpack_from(self.buf, q)
                 if length != rel_end - q or (types and tc not in types):
                     continue
-                if crc and zlib.crc32(memoryview(self.buf)[q:rel_end - 4]) != int.from_bytes(
+                if crc and crc32(memoryview(self.buf)[q:rel_end - 4]) != int.from_bytes(
                         self.buf[rel_end - 4:rel_end], "little"):
                     continue
                 return self.lo + q

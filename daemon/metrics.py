@@ -107,6 +107,8 @@ class Metrics:
         self._event_flushed: dict[str, int] = {}  # type name -> total already added to the counter
         self._bytes_count = 0
         self._bytes_flushed = 0
+        self._transaction_count = 0
+        self._transaction_flushed = 0
         self._where: tuple[str, int] | None = None  # (file, pos) last set by position()
         self._flush_lock = threading.Lock()
         start = clock()
@@ -132,6 +134,15 @@ class Metrics:
             self._lag_state = (timestamp, False)
             self._last_event_at = self.clock()
 
+    def events(self, counts: dict[str, int], timestamp: int, nbytes: int) -> None:
+        """:meth:`event` for a run of real events: ``counts`` by type name, the last one's timestamp."""
+        totals = self._event_counts
+        for type_name, n in counts.items():
+            totals[type_name] = totals.get(type_name, 0) + n
+        self._bytes_count += nbytes
+        self._lag_state = (timestamp, False)
+        self._last_event_at = self.clock()
+
     def heartbeat(self) -> None:
         """Mark the stream caught up (lag 0 until the next real event) and stamp the heartbeat time."""
         self._lag_state = (self._lag_state[0], True)
@@ -146,8 +157,9 @@ class Metrics:
         child.inc(n)
 
     def transaction(self) -> None:
-        """Count one committed transaction; it stays pending for readiness until the next checkpoint save."""
-        self._transactions.inc()
+        """Count one committed transaction (in ``binlogd_transactions_total`` from the next :meth:`flush`);
+        it stays pending for readiness until the next checkpoint save."""
+        self._transaction_count += 1
         self._pending += 1
 
     def sink_commit(self) -> None:
@@ -160,10 +172,9 @@ class Metrics:
         self._where = (file, pos)
 
     def flush(self) -> None:
-        """Move the event and byte counts and the position into their prometheus metrics.
+        """Move the event, byte and transaction counts and the position into their prometheus metrics.
 
-        Called before every collection of the registry, and by the daemon once per batch of
-        events; safe from any thread.
+        Called before every collection of the registry; safe from any thread.
         """
         with self._flush_lock:
             for type_name, total in list(self._event_counts.items()):
@@ -178,6 +189,10 @@ class Metrics:
             if total != self._bytes_flushed:
                 self._bytes.inc(total - self._bytes_flushed)
                 self._bytes_flushed = total
+            total = self._transaction_count
+            if total != self._transaction_flushed:
+                self._transactions.inc(total - self._transaction_flushed)
+                self._transaction_flushed = total
             where = self._where
             if where is not None:
                 file, pos = where

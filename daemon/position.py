@@ -75,12 +75,41 @@ class PositionTracker:
         self.file, self.pos = start.file, start.pos
         self.gtid_set = MysqlGtidSet.parse(start.gtid_set) if start.gtid_set else MysqlGtidSet()
         self.gtid_list = MariadbGtidList.parse(start.gtid_list) if start.gtid_list else MariadbGtidList()
-        self.committed = start
+        self._committed: Position | None = start  # None: build it from the sets when asked
+        self._committed_at = (start.file, start.pos)
         self.in_transaction = False
         self.gtid: str | None = None
         self._pending: Gtid | MariadbGtid | None = None
         self._began = False        # saw BEGIN in the current group
         self._standalone = False   # MariaDB group with no COMMIT: ends after its one statement
+
+    @property
+    def committed(self) -> Position:
+        """The Position after the last complete transaction. Its GTID texts are made when it is asked
+        for (at commits, not per transaction): the sets change only when a transaction ends, which
+        also moves this position, so the current sets are always the committed ones."""
+        if self._committed is None:
+            file, pos = self._committed_at
+            self._committed = Position(file, pos, str(self.gtid_set), str(self.gtid_list))
+        return self._committed
+
+    def _commit_at(self, ended: bool) -> None:
+        """Move ``committed`` to the live position (with new GTID sets if a transaction ``ended``)."""
+        self._committed_at = (self.file, self.pos)
+        if ended or self._committed is None:
+            self._committed = None
+        else:
+            self._committed = replace(self._committed, file=self.file, pos=self.pos)
+
+    @property
+    def inside(self) -> bool:
+        """In a transaction that only its own end (XID, COMMIT…) closes: the rows events and their
+        context (TABLE_MAP, ANNOTATE_ROWS) move nothing here but the position (:meth:`skip`)."""
+        return self.in_transaction and self._began
+
+    def skip(self, next_position: int) -> None:
+        """Account for events that :meth:`observe` would only move the position for (see :attr:`inside`)."""
+        self.pos = next_position
 
     def observe(self, event: E.Event) -> bool:
         """Account for one event (in stream order). Returns True when it ended a transaction."""
@@ -89,7 +118,7 @@ class PositionTracker:
         if tc == _ROTATE:
             self.file, self.pos = event.next_file, event.position
             if not self.in_transaction:
-                self.committed = replace(self.committed, file=self.file, pos=self.pos)
+                self._commit_at(False)
             return False
         if tc in _HEARTBEATS:
             return False  # a heartbeat says where the primary is, not where we are
@@ -104,11 +133,11 @@ class PositionTracker:
         if h.next_position:
             self.pos = h.next_position
         if ended:
-            self.committed = Position(self.file, self.pos, str(self.gtid_set), str(self.gtid_list))
+            self._commit_at(True)
             self.gtid = None
         elif not self.in_transaction and h.next_position:
             # Events between transactions (FDE, PREVIOUS_GTIDS, GTID_LIST, STOP…) can be skipped on resume.
-            self.committed = replace(self.committed, file=self.file, pos=self.pos)
+            self._commit_at(False)
         return ended
 
     def _start(self, gtid: Gtid | MariadbGtid | None, text: str | None) -> None:

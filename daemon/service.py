@@ -45,9 +45,6 @@ _COMMIT_SECONDS = 1.0     # and at least this often
 _COMMIT_BYTES = 8 << 20   # and after this many bytes of events (each sync then has little to write)
 _BATCH = 1024             # events per reader -> consumer hand-off at most
 _LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset 9 of a v4 header
-# Events that carry only a statement's text (no state, no position, nothing that can fail to decode):
-# a sink that takes no rows gets them with their header only (Decoder.check: length and CRC32 checked).
-_TEXT_ONLY = frozenset({ET.ANNOTATE_ROWS, ET.ROWS_QUERY})
 _HEARTBEATS = frozenset({ET.HEARTBEAT, ET.HEARTBEAT_V2})  # a set: IntEnum member lookups cost ~0.2 µs
 _TYPE_NAMES: dict[int, str] = {}
 
@@ -250,7 +247,8 @@ class Daemon:
             self.metrics.set_up(True)
             status = f"STATUS=streaming from {info.flavor} {info.version_text} at {position.file}:{position.pos}"
             systemd.notify(f"READY=1\n{status}" if self.sessions == 1 else status)
-            decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0, schema_source=self._schema_lookup())
+            decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0, schema_source=self._schema_lookup(),
+                              rows=self.sink.wants_rows)
             # daemon.queue_events bounds the events in the queue: batches of at most _BATCH events.
             batch = min(_BATCH, cfg.daemon.queue_events)
             queue: asyncio.Queue = asyncio.Queue(max(1, cfg.daemon.queue_events // batch))
@@ -351,6 +349,7 @@ class Daemon:
     # ------------------------------------------------------------------ the consumer
     async def _consume(self, queue: asyncio.Queue, decoder: Decoder) -> None:
         deadline = None
+        skim = not decoder.rows
         while True:
             self._progress = time.monotonic()
             if self._syncing is not None and self._syncing.done():
@@ -374,11 +373,17 @@ class Daemon:
                 raise item
             self._queued -= len(item)
             self.metrics.queue_depth(self._queued)
-            last = len(item) - 1
-            for index, raw in enumerate(item):
-                await self._handle(raw, decoder)
+            index, end = 0, len(item)
+            while index < end:
+                if skim and self.tracker.inside:
+                    stop = self._skim(item, index, decoder)
+                    if stop > index:  # a run of rows events: no transaction ends inside it
+                        index = stop
+                        continue
+                await self._handle(item[index], decoder)
+                index += 1
                 if not self.tracker.in_transaction and self._dirty \
-                        and self._commit_due(index == last and queue.empty()):
+                        and self._commit_due(index == end and queue.empty()):
                     await self._commit(wait=False)
         if self._dirty and not self.tracker.in_transaction:
             await self._commit()
@@ -396,13 +401,23 @@ class Daemon:
         return (self._uncommitted >= _COMMIT_EVERY or self._bytes_since_commit >= _COMMIT_BYTES
                 or time.monotonic() - self._last_commit >= _COMMIT_SECONDS)
 
+    def _skim(self, events: list, start: int, decoder: Decoder) -> int:
+        """Pass the run of rows events (and their context) from ``events[start]`` on, checked in one
+        call (:meth:`Decoder.skim_run`), to a sink that takes no rows; returns where the run stops."""
+        tracker = self.tracker
+        run = decoder.skim_run(events, start, len(events), tracker.pos)
+        if run.stop > start:
+            self.metrics.events({_type_name(tc): n for tc, n in run.counts.items()}, run.last_timestamp, run.nbytes)
+            self.sink.event_run(events[start:run.stop], tracker.pos, run.next_position)
+            tracker.skip(run.next_position)
+            self.metrics.position(tracker.file, tracker.pos)
+            self._bytes_since_commit += run.nbytes
+            self._dirty = True
+        return run.stop
+
     async def _handle(self, raw: bytes | memoryview, decoder: Decoder) -> None:
         pos = _stream_pos(raw, decoder)
-        if not self.sink.wants_rows and raw[4] in _TEXT_ONLY:  # _stream_pos saw a whole header
-            # Only a statement's text, which nothing here reads: checked (CRC included), not decoded.
-            event = E.Event(decoder.check(raw, pos))
-        else:
-            event = decoder.decode(raw, pos)
+        event = decoder.decode(raw, pos)
         h = event.header
         tc = h.type_code
         artificial = bool(h.flags & LOG_EVENT_ARTIFICIAL_F) or h.timestamp == 0

@@ -318,15 +318,14 @@ class SourceConnection:
         """Every complete event already received (at most ``limit``), waiting for the socket only
         when none is; raises like :meth:`read_event` (events before an ERR/EOF are returned first)."""
         out = [await self.read_event()]
-        next_payload, append = self._packets.next_payload, out.append
-        while len(out) < limit:
-            payload = next_payload()
-            if payload is None:
-                break
-            if not payload or payload[0] != 0:
-                self._pending = payload  # ERR/EOF: raised on the next call
-                break
-            append(payload[1:])
+        out += self._packets.next_ok_payloads(limit - 1)
+        if len(out) < limit:
+            payload = self._packets.next_payload()  # what stopped the run: nothing yet, or another packet
+            if payload is not None:
+                if payload[:1] == b"\x00":
+                    out.append(payload[1:])  # one joined from 16 MiB chunks
+                else:
+                    self._pending = payload  # ERR/EOF: raised on the next call
         return out
 
     def _event(self, payload: bytes | memoryview) -> bytes | memoryview:

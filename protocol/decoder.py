@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import struct
-import zlib
 from dataclasses import replace
 from typing import Callable
 
@@ -19,9 +18,10 @@ from . import events as E
 from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
 from .errors import ChecksumError, EventDecodeError, ProtocolError
-from .primitives import U16, U32, need, packed_len
+from .primitives import U16, U32, crc32, need, packed_len
 from .rowcodec import TableCodec
-from .rows import ROWS_TYPES, decode_rows
+from .rows import ROWS_TYPES, decode_rows, undecoded_rows
+from .skim import SkimRun, skim_run
 from .tablemap import TableSchema, apply_schema, decode_table_map
 
 HEADER_V4 = struct.Struct("<IBIIIH")
@@ -65,6 +65,8 @@ _NOT_IN_PAYLOAD = frozenset({ET.TRANSACTION_PAYLOAD, ET.FORMAT_DESCRIPTION, ET.S
 _START_V3, _FORMAT_DESCRIPTION, _TABLE_MAP = int(ET.START_V3), int(ET.FORMAT_DESCRIPTION), int(ET.TABLE_MAP)
 _TRANSACTION_PAYLOAD, _START_ENCRYPTION = int(ET.TRANSACTION_PAYLOAD), int(ET.START_ENCRYPTION)
 _FORMATS = frozenset({ET.FORMAT_DESCRIPTION, ET.START_V3})
+# What a decoder without rows passes as a bare Event: the rows events' context, which only rows decoding reads.
+_ROW_CONTEXT = frozenset({ET.TABLE_MAP, ET.ANNOTATE_ROWS, ET.ROWS_QUERY})
 
 SchemaSource = Callable[[str, str], "TableSchema | None"]
 
@@ -112,6 +114,10 @@ class Decoder:
         verify_checksums: check CRC32 footers (default True).
         schema_source: ``(schema, table) -> TableSchema | None`` for column names
             when TABLE_MAP carries no optional metadata.
+        rows: False for readers that take no rows (the raw archive): rows events become
+            :class:`protocol.events.UndecodedRowsEvent` (header and flags), and TABLE_MAP,
+            ANNOTATE_ROWS and ROWS_QUERY bare :class:`protocol.events.Event`; every event's
+            header, length and checksum are still checked.
 
     Fields:
         fde: the last FormatDescriptionEvent, or None.
@@ -121,7 +127,9 @@ class Decoder:
     """
 
     def __init__(self, checksum_alg: int | None = None, verify_checksums: bool = True,
-                 schema_source: SchemaSource | None = None):
+                 schema_source: SchemaSource | None = None, rows: bool = True):
+        self.rows = rows
+        self._skipped = frozenset() if rows else _ROW_CONTEXT
         self.fde: E.FormatDescriptionEvent | None = None
         self.header_len = 19
         self.checksum_alg = checksum_alg
@@ -132,6 +140,7 @@ class Decoder:
         self._post_header = b""
         self._type_permutation: dict[int, int] = {}
         self._table_cache: dict[bytes, list] = {}
+        self._skim_table: tuple[bytes, bytes] | None = None  # (post-header lengths, skim table for them)
 
     # ------------------------------------------------------------ state
     def post_header_len(self, type_code: int) -> int:
@@ -163,22 +172,6 @@ class Decoder:
             raise ProtocolError(f"event length {header.event_length} is shorter than its header", pos)
         return header
 
-    def check(self, data: bytes | memoryview, pos: int = 0) -> E.EventHeader:
-        """Everything :meth:`decode` verifies before it reads the body, and nothing more.
-
-        For callers that need an event's header but not its body (the daemon with a sink that
-        takes no rows skips the statement text of ANNOTATE_ROWS and ROWS_QUERY this way): the
-        header, the length, the encryption state and the CRC32 are checked exactly as
-        :meth:`decode` checks them. Use it only for events that change no decoder state.
-
-        Returns:
-            The event's header.
-        Raises:
-            ChecksumError, EventDecodeError, ProtocolError: the errors :meth:`decode` raises before
-            the body, each naming ``pos``.
-        """
-        return self._frame(memoryview(data), pos)[0]
-
     def _frame(self, view: memoryview, pos: int) -> tuple[E.EventHeader, int | None, int]:
         """Check the header, length, encryption state and checksum; return (header, algorithm, body end)."""
         header = self.decode_header(view, pos)
@@ -202,6 +195,33 @@ class Decoder:
                 self._verify_crc(view, header, pos)
         return header, alg, end
 
+    def skim_run(self, events: list, start: int, end: int, expect: int) -> SkimRun:
+        """Check ``events[start:end]`` in one call while they are events a decoder without rows
+        passes undecoded (rows events, TABLE_MAP, ANNOTATE_ROWS, ROWS_QUERY) and need nothing but
+        their length, place and CRC32 checked; stop before any other (see :mod:`protocol.skim`).
+
+        Only for ``rows=False`` decoders; every event taken is one :meth:`decode` would return as
+        an UndecodedRowsEvent or a bare Event, and none of them changes this decoder's state.
+
+        Args:
+            expect: the stream position the first event must start at.
+        Returns:
+            A :class:`protocol.skim.SkimRun` (``stop == start`` when nothing was taken).
+        """
+        if self.rows or self.header_len != 19 or self._type_permutation or self.encrypted_at is not None \
+                or self.fde is None:
+            return SkimRun(start, expect, 0, 0, {})
+        if self._skim_table is None or self._skim_table[0] is not self._post_header:
+            table = bytearray(256)
+            for tc in _ROW_CONTEXT:
+                table[tc] = 1
+            for tc in ROWS_TYPES:
+                table[tc] = 1 + (4 if self.post_header_len(tc) == 6 else 6) + 2  # table id and flags
+            self._skim_table = (self._post_header, bytes(table))
+        crc = self.checksum_alg == CHECKSUM_CRC32
+        return skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
+                        crc32 if crc and self.verify_checksums else None, expect)
+
     def decode(self, data: bytes | memoryview, pos: int = 0) -> E.Event:
         """Decode one complete event (header, body and checksum: exactly ``event_length`` bytes).
 
@@ -221,7 +241,9 @@ class Decoder:
         body = view[self.header_len:end]
         try:
             if tc in ROWS_TYPES:
-                return decode_rows(header, body, self)
+                return decode_rows(header, body, self) if self.rows else undecoded_rows(header, body, self)
+            if tc in self._skipped:
+                return E.Event(header)
             if tc == _TABLE_MAP:
                 return self._table_map(header, body)
             if tc in _FORMATS:
@@ -252,9 +274,9 @@ class Decoder:
         if header.type_code == _FORMAT_DESCRIPTION and header.flags & LOG_EVENT_BINLOG_IN_USE_F:
             raw = bytearray(view[:-4])
             raw[17] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF  # the server checksums the FDE with the flag clear
-            actual = zlib.crc32(raw)
+            actual = crc32(raw)
         else:
-            actual = zlib.crc32(view[:-4])
+            actual = crc32(view[:-4])
         if actual != expected:
             raise ChecksumError(f"CRC32 mismatch in {header.type_name} event: stored 0x{expected:08x}, "
                                 f"computed 0x{actual:08x}", pos)

@@ -348,6 +348,17 @@ class StartEncryptionEvent(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class UndecodedRowsEvent(Event):
+    """A rows event from a decoder built with ``rows=False``: its header and ``flags`` only.
+
+    Such a decoder also passes TABLE_MAP, ANNOTATE_ROWS and ROWS_QUERY as a bare :class:`Event`
+    (their length and checksum are checked all the same).
+    """
+
+    flags: int
+
+
+@dataclass(frozen=True, slots=True)
 class TableMapEvent(Event):
     """TABLE_MAP: the table the next row events change, with its column types.
 

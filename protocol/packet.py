@@ -30,6 +30,11 @@ from dataclasses import dataclass
 
 from .errors import ProtocolError, ServerError, TruncatedError
 
+try:
+    from ._skim import ok_payloads as _ok_payloads_c
+except ImportError:  # not built: BufferedPacketReader.next_ok_payloads loops in Python
+    _ok_payloads_c = None
+
 __all__ = [
     "DEFAULT_MAX_PACKET_SIZE",
     "MAX_CHUNK",
@@ -57,6 +62,7 @@ _U64 = struct.Struct("<Q")
 _COMPACT_AT = 1 << 16
 # BufferedPacketReader: the least free space get_buffer() offers (one socket read's worth).
 _MIN_FREE = 1 << 16
+_SPARES = 16  # retired receive buffers kept for reuse (16 MiB at the default size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +95,8 @@ class BufferedPacketReader:
     :meth:`feed`, and :meth:`next_payload` returns the payload alone as a read-only memoryview
     of the buffer. Bytes once returned are never written again: a view stays valid for as long
     as it is kept. When a buffer's free space runs out, the unparsed tail moves to a new buffer
-    (one spare is reused once no view of it is alive any more). A payload split into
+    (retired buffers are kept, up to _SPARES of them, and reused once no view of them is alive:
+    a fresh buffer costs its page faults again). A payload split into
     continuation chunks (16 MiB and more) is joined into ``bytes``.
 
     Args:
@@ -97,7 +104,7 @@ class BufferedPacketReader:
         buffer_size: bytes per receive buffer (a larger one is made for a larger packet).
     """
 
-    __slots__ = ("_buf", "_view", "_pos", "_end", "_consumed", "_spare", "_size", "_want", "_max", "_eof",
+    __slots__ = ("_buf", "_view", "_ro", "_pos", "_end", "_consumed", "_spares", "_size", "_want", "_max", "_eof",
                  "_error", "_parts", "_parts_len", "_first_seq", "_last_seq", "_start", "_done")
 
     def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE, buffer_size: int = 1 << 20) -> None:
@@ -106,10 +113,11 @@ class BufferedPacketReader:
         self._size = buffer_size
         self._buf = bytearray(buffer_size)
         self._view = memoryview(self._buf)
+        self._ro = self._view.toreadonly()  # what payloads are slices of
         self._pos = 0  # first unparsed byte of _buf
         self._end = 0  # end of the bytes received into _buf
         self._consumed = 0  # stream offset of _buf[0]
-        self._spare: bytearray | None = None
+        self._spares: list[bytearray] = []  # retired buffers, reused once no view of them is alive
         self._want = 4  # bytes from _pos the next step of parsing needs in one piece
         self._max = max_packet_size
         self._eof = False
@@ -173,6 +181,29 @@ class BufferedPacketReader:
             self._error = exc
             raise
 
+    def next_ok_payloads(self, limit: int) -> list[memoryview]:
+        """The complete packets already received whose payload starts with 0x00 (a binlog stream's
+        event packets), each payload without that byte, at most ``limit`` of them, in one call.
+
+        Stops before any other packet (ERR, EOF, a packet split into chunks or over the size limit,
+        one not complete yet), which :meth:`next_payload` then returns or raises. Unlike
+        :meth:`next_payload` it does not record sequence ids (:class:`PacketReader` does not use it).
+        """
+        if self._error is not None or self._first_seq >= 0 or limit <= 0:
+            return []
+        if _ok_payloads_c is not None:
+            out, self._pos = _ok_payloads_c(self._ro, self._pos, self._end, limit, self._max)
+            return out
+        out, buf, ro, pos, end = [], self._buf, self._ro, self._pos, self._end
+        while len(out) < limit and end - pos >= 5:
+            length = buf[pos] | (buf[pos + 1] << 8) | (buf[pos + 2] << 16)
+            if not 0 < length < MAX_CHUNK or length > self._max or end - pos - 4 < length or buf[pos + 4]:
+                break
+            out.append(ro[pos + 5 : pos + 4 + length])
+            pos += 4 + length
+        self._pos = pos
+        return out
+
     def _next(self) -> memoryview | bytes | None:
         buf = self._buf
         while True:
@@ -196,7 +227,7 @@ class BufferedPacketReader:
             if self._end - pos - 4 < length:
                 self._want = 4 + length
                 return self._need_data()
-            chunk = self._view[pos + 4 : pos + 4 + length].toreadonly()
+            chunk = self._ro[pos + 4 : pos + 4 + length]
             self._pos = pos + 4 + length
             if self._first_seq < 0:
                 self._first_seq = seq
@@ -224,16 +255,24 @@ class BufferedPacketReader:
         """Continue in another buffer with at least ``need`` free bytes after the unparsed tail."""
         tail = self._end - self._pos
         size = max(self._size, tail + need)
-        buf, self._spare = self._spare, None
-        if buf is None or len(buf) < size or not _unshared(buf):
+        buf = None
+        if size == self._size:
+            for index, spare in enumerate(self._spares):
+                if _unshared(spare):
+                    buf = self._spares.pop(index)
+                    break
+        if buf is None:
             buf = bytearray(size)
         view = memoryview(buf)
         view[:tail] = self._view[self._pos:self._end]
         old = self._buf
         self._view.release()  # views already returned keep ``old`` alive on their own
+        self._ro.release()
         if len(old) == self._size:
-            self._spare = old
-        self._buf, self._view = buf, view
+            self._spares.append(old)
+            if len(self._spares) > _SPARES:
+                del self._spares[0]
+        self._buf, self._view, self._ro = buf, view, view.toreadonly()
         self._consumed += self._pos
         self._pos, self._end = 0, tail
 

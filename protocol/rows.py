@@ -33,6 +33,17 @@ STMT_END_F = 0x0001
 _PRE_GA_UPDATE, _PARTIAL_UPDATE = int(ET.PRE_GA_UPDATE_ROWS), int(ET.PARTIAL_UPDATE_ROWS)  # plain ints: faster
 
 
+def undecoded_rows(h, body: memoryview, ctx) -> E.UndecodedRowsEvent:
+    """A rows event's header and flags only (a decoder that takes no rows).
+
+    Raises:
+        EventDecodeError: the body is shorter than the table id and flags.
+    """
+    id_size = 4 if ctx.post_header_len(h.type_code) == 6 else 6
+    need(body, 0, id_size + 2, "rows post-header")
+    return E.UndecodedRowsEvent(h, U16.unpack_from(body, id_size)[0])
+
+
 def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
     """Frame a rows event; its rows are decoded on first access of ``.rows``.
 

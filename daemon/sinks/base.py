@@ -21,13 +21,13 @@ class SinkError(BinlogError):
 
 
 class Sink:
-    """Base class of sinks. Blocking I/O is fine: the daemon runs ``commit`` in a worker thread.
+    """Base class of sinks. Blocking I/O belongs in ``sync``, which the daemon runs in a worker thread.
 
     Fields:
-        wants_rows: False when the sink never looks at row values (the daemon then
-            skips decoding rows, which is the expensive part, and passes ANNOTATE_ROWS and
-            ROWS_QUERY events as a bare :class:`protocol.events.Event`: header only, their
-            length and CRC32 checked, the statement text not decoded).
+        wants_rows: False when the sink never looks at row values: the daemon then decodes
+            with ``Decoder(rows=False)``, so rows events arrive as
+            :class:`protocol.events.UndecodedRowsEvent` and TABLE_MAP, ANNOTATE_ROWS and
+            ROWS_QUERY as a bare :class:`protocol.events.Event` (length and CRC32 checked).
     """
 
     wants_rows = True
@@ -40,6 +40,12 @@ class Sink:
 
     def event(self, raw: bytes, event: Event) -> None:
         """Every event of the stream, with its exact bytes (checksum included)."""
+
+    def event_run(self, raws: list, start: int, end: int) -> None:
+        """Only for sinks with ``wants_rows = False``, in place of :meth:`event`: consecutive events
+        inside a transaction that carry nothing but rows or their context (rows events, TABLE_MAP,
+        ANNOTATE_ROWS, ROWS_QUERY), each checked whole. ``raws``: their exact bytes; ``start`` and
+        ``end``: the stream positions where the first begins and the last ends."""
 
     def change(self, change: dict) -> None:
         """One row change (DESIGN.md's change-event shape) of the current transaction."""

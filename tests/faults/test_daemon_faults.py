@@ -885,11 +885,13 @@ class _FaultyOs:
 def test_sink_write_and_fsync_failures_in_process(tmp_path, monkeypatch):
     import builtins
 
+    import daemon.sinks.base as base
     import daemon.sinks.jsonl as jsonl
 
     faults = _Faults()
     monkeypatch.setattr(jsonl, "open", lambda *a, **k: _FaultyFile(builtins.open(*a, **k), faults), raising=False)
     monkeypatch.setattr(jsonl, "os", _FaultyOs(faults))
+    monkeypatch.setattr(base, "os", _FaultyOs(faults))  # the sink's fsync (sync_all) lives there
     with local_server() as srv:
         create_tables(srv)
         cfg = in_process_config(srv, tmp_path, **{"filters.include_schemas": SCHEMA,

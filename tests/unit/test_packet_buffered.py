@@ -80,13 +80,16 @@ def test_spare_buffer_reused_only_when_no_view_is_alive():
     r = BufferedPacketReader(buffer_size=size)
     first = r._buf
     a = receive(r, header(70_000, 0) + b"A" * 70_000, [size])[0]
-    receive(r, header(70_000, 1) + b"B" * 70_000, [size])  # moves on; the first buffer is the spare
+    receive(r, header(70_000, 1) + b"B" * 70_000, [size])  # moves on; the first buffer is retired
     second = r._buf
     assert second is not first
     receive(r, header(70_000, 2) + b"C" * 70_000, [size])  # a's view is alive: a new buffer
-    assert r._buf is not first and bytes(a) == b"A" * 70_000
+    third = r._buf
+    assert third is not first and third is not second and bytes(a) == b"A" * 70_000
     del a
-    receive(r, header(70_000, 3) + b"D" * 70_000, [size])  # no view of the second buffer: reused
+    receive(r, header(70_000, 3) + b"D" * 70_000, [size])  # no view of the first buffer now: reused
+    assert r._buf is first
+    receive(r, header(70_000, 4) + b"E" * 70_000, [size])  # then the oldest free one again
     assert r._buf is second
 
 
@@ -156,3 +159,69 @@ def test_limit():
         r.next_payload()
     with pytest.raises(ValueError):
         BufferedPacketReader(buffer_size=2)
+
+
+def receive_ok_runs(reader: BufferedPacketReader, data: bytes, sizes, limit: int) -> list[tuple[str, bytes]]:
+    """As the daemon's reader does: runs of event packets (next_ok_payloads), then next_payload for what
+    stopped a run. Event packets come back as ("ok", payload without its 0x00), the rest as ("other", payload)."""
+    out, pos, i = [], 0, 0
+    while pos < len(data):
+        region = reader.get_buffer(-1)
+        n = min(sizes[i % len(sizes)], len(region), len(data) - pos)
+        i += 1
+        region[:n] = data[pos:pos + n]
+        reader.buffer_updated(n)
+        pos += n
+        while True:
+            run = reader.next_ok_payloads(limit)
+            assert all(isinstance(p, memoryview) and p.readonly for p in run)
+            out += [("ok", bytes(p)) for p in run]
+            if len(run) == limit:
+                continue
+            p = reader.next_payload()
+            if p is None:
+                break
+            out.append(("ok", bytes(p[1:])) if p[:1] == b"\x00" else ("other", bytes(p)))
+    return out
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=600).map(lambda b: b"\x00" + b), st.binary(max_size=40)), max_size=25),
+       st.lists(st.integers(1, 3000), min_size=1, max_size=5), st.integers(4, 4000), st.integers(1, 6))
+def test_ok_payload_runs_match_packet_by_packet(loop, payloads, sizes, buffer_size, limit):
+    import protocol.packet as P
+
+    if loop == "c" and P._ok_payloads_c is None:
+        pytest.skip("the C extension is not built")
+    saved = P._ok_payloads_c
+    if loop == "python":
+        P._ok_payloads_c = None
+    try:
+        got = receive_ok_runs(BufferedPacketReader(buffer_size=buffer_size), stream(payloads), sizes, limit)
+    finally:
+        P._ok_payloads_c = saved
+    want = [("ok", p[1:]) if p[:1] == b"\x00" else ("other", p) for p in payloads]
+    assert got == want
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_ok_payload_runs_stop_before_split_and_oversized_packets(loop, monkeypatch):
+    import protocol.packet as P
+
+    if loop == "python":
+        monkeypatch.setattr(P, "_ok_payloads_c", None)
+    elif P._ok_payloads_c is None:
+        pytest.skip("the C extension is not built")
+    big = b"\x00" + b"b" * (MAX_CHUNK + 9)
+    data = stream([b"\x00a"]) + header(MAX_CHUNK, 1) + big[:MAX_CHUNK] + header(10, 2) + big[MAX_CHUNK:]
+    r = BufferedPacketReader()
+    r.feed(data + header(3, 3) + b"\x00cd")
+    assert [bytes(p) for p in r.next_ok_payloads(10)] == [b"a"]
+    assert r.next_ok_payloads(10) == [] and bytes(r.next_payload()) == big  # joined by next_payload
+    assert [bytes(p) for p in r.next_ok_payloads(10)] == [b"cd"]
+    small = BufferedPacketReader(max_packet_size=4)
+    small.feed(stream([b"\x00abc", b"\x00abcd"]))
+    assert [bytes(p) for p in small.next_ok_payloads(10)] == [b"abc"]
+    with pytest.raises(ProtocolError, match="exceeds"):
+        small.next_payload()

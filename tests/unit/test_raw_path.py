@@ -1,5 +1,5 @@
-"""The raw (archive) path's shortcuts: Decoder.check, rows decoded lazily, metrics flushed on
-collection, the daemon's header-only statement-text events. Each must give what the full path gives."""
+"""The raw (archive) path's shortcuts: stream positions from the header, rows decoded lazily, metrics
+flushed on collection and counted per run. Each must give what the full path gives (skimming: test_skim.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import zlib
 import pytest
 
 from daemon.metrics import Metrics
-from daemon.service import _TEXT_ONLY, _stream_pos
+from daemon.service import _stream_pos
 from protocol import events as E
 from protocol.constants import EventType as ET
 from protocol.decoder import Decoder
@@ -30,23 +30,6 @@ def errors_of(fn):
         return type(exc), str(exc), exc.args
 
 
-@pytest.mark.parametrize("type_code", sorted(_TEXT_ONLY))
-def test_check_gives_decodes_header_and_errors(type_code):
-    body = b"\x05INSERT INTO t VALUES (1, 'h\xc3\xa9')"
-    good = event(type_code, body)
-    assert Decoder(checksum_alg=1).check(good, 1000) == Decoder(checksum_alg=1).decode(good, 1000).header
-    corrupt = bytearray(good)
-    corrupt[25] ^= 0xFF
-    short = good[:-1]
-    for bad in (bytes(corrupt), short, good[:10]):
-        assert errors_of(lambda b=bad: Decoder(checksum_alg=1).check(b, 1000)) == \
-            errors_of(lambda b=bad: Decoder(checksum_alg=1).decode(b, 1000))
-    encrypted = Decoder(checksum_alg=1)
-    encrypted.encrypted_at = 4
-    with pytest.raises(EventDecodeError, match="encrypted"):
-        encrypted.check(good, 1000)
-
-
 def test_stream_pos_matches_header():
     dec = Decoder(checksum_alg=1)
     raw = event(ET.XID, struct.pack("<Q", 9), pos=4321)
@@ -56,6 +39,19 @@ def test_stream_pos_matches_header():
     for bad in (raw[:12], struct.pack("<IBIIIH", 0, ET.XID, 1, 5, 0, 0)):
         with pytest.raises(ProtocolError):
             _stream_pos(bad, dec)
+
+
+def test_metrics_for_a_run_equal_metrics_per_event():
+    one, run = Metrics(clock=lambda: 5.0), Metrics(clock=lambda: 5.0)
+    for name, ts in (("WRITE_ROWS_EVENT", 10), ("TABLE_MAP_EVENT", 11), ("WRITE_ROWS_EVENT", 12)):
+        one.event(name, ts, 100, False)
+    run.events({"WRITE_ROWS_EVENT": 2, "TABLE_MAP_EVENT": 1}, 12, 300)
+
+    def samples(m):  # without the *_created timestamps
+        return [line for line in m.exposition().decode().splitlines() if "_created" not in line]
+
+    assert samples(one) == samples(run)
+    assert run.registry.get_sample_value("binlogd_events_total", {"type": "WRITE_ROWS_EVENT"}) == 2
 
 
 def test_metrics_flush_on_every_collection_and_from_threads():

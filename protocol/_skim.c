@@ -1,0 +1,178 @@
+/* protocol._skim: the raw path's loops in C, each the twin of a Python loop with the same result.
+ *
+ * ok_payloads(view, pos, end, limit, max_packet): protocol.packet.BufferedPacketReader.next_ok_payloads
+ *   on the read-only memoryview of its buffer, from pos to end; returns (payloads, new pos).
+ *
+ * skim_run(events, start, end, table, crc_len, crc32, expect)
+ *   events: a list of complete events (objects with the buffer protocol) with v4 (19-byte) headers.
+ *   table: 256 bytes; table[type code] is 0 for a type that may not be skimmed, else 1 + the
+ *       fewest body bytes (after the header, before the checksum) that type may have.
+ *   crc_len: 4 when events end with a CRC32, else 0; crc32: the function that computes it
+ *       (called with a memoryview), or None not to verify.
+ *   expect: the stream position the first event must start at.
+ * Takes events from start while each one is skimmable (see protocol/skim.py) and returns
+ * (stop, next_position, last_timestamp, bytes, {type code: count}). Never raises for the
+ * events' contents: it stops before the first event it does not take.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define HEADER_LEN 19
+#define ARTIFICIAL_F 0x20
+
+static uint32_t
+u32le(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* 1: the CRC32 of data[0:n-4] equals the stored one; 0: it does not; -1: an exception is set. */
+static int
+crc_ok(PyObject *crc32, const unsigned char *data, Py_ssize_t n)
+{
+    PyObject *view = PyMemoryView_FromMemory((char *)data, n - 4, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    PyObject *result = PyObject_CallOneArg(crc32, view);
+    Py_DECREF(view);
+    if (result == NULL)
+        return -1;
+    unsigned long actual = PyLong_AsUnsignedLong(result);
+    Py_DECREF(result);
+    if (actual == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    return (uint32_t)actual == u32le(data + n - 4);
+}
+
+static PyObject *
+skim_run(PyObject *self, PyObject *args)
+{
+    PyObject *events, *crc32;
+    Py_ssize_t start, end, crc_len;
+    unsigned long long expect;
+    Py_buffer table;
+    if (!PyArg_ParseTuple(args, "O!nny*nOK", &PyList_Type, &events, &start, &end, &table, &crc_len, &crc32,
+                          &expect))
+        return NULL;
+    if (table.len != 256 || (crc_len != 0 && crc_len != 4)) {
+        PyBuffer_Release(&table);
+        PyErr_SetString(PyExc_ValueError, "table must have 256 bytes and crc_len be 0 or 4");
+        return NULL;
+    }
+    const unsigned char *min_body = table.buf;
+    Py_ssize_t counts[256];
+    memset(counts, 0, sizeof counts);
+    unsigned long long nbytes = 0, last_ts = 0;
+    if (end > PyList_GET_SIZE(events))
+        end = PyList_GET_SIZE(events);
+    Py_ssize_t i = start < 0 ? 0 : start;
+    for (; i < end; i++) {
+        Py_buffer buf;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(events, i), &buf, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            break;  /* not bytes-like: the caller's decode says what it is */
+        }
+        const unsigned char *p = buf.buf;
+        Py_ssize_t n = buf.len;
+        int take = n >= HEADER_LEN + crc_len;
+        uint32_t ts = 0, length = 0, next = 0;
+        unsigned char type_code = 0;
+        if (take) {
+            ts = u32le(p);
+            type_code = p[4];
+            length = u32le(p + 9);
+            next = u32le(p + 13);
+            unsigned flags = p[17] | (p[18] << 8);
+            take = min_body[type_code] != 0 && (Py_ssize_t)length == n && !(flags & ARTIFICIAL_F) && ts != 0
+                   && next >= length && next - length == expect
+                   && n - HEADER_LEN - crc_len >= (Py_ssize_t)min_body[type_code] - 1;
+        }
+        if (take && crc_len && crc32 != Py_None) {
+            int ok = crc_ok(crc32, p, n);
+            if (ok < 0) {
+                PyBuffer_Release(&buf);
+                PyBuffer_Release(&table);
+                return NULL;
+            }
+            take = ok;
+        }
+        PyBuffer_Release(&buf);
+        if (!take)
+            break;
+        counts[type_code]++;
+        nbytes += (unsigned long long)n;
+        last_ts = ts;
+        expect = next;
+    }
+    PyBuffer_Release(&table);
+    PyObject *by_type = PyDict_New();
+    if (by_type == NULL)
+        return NULL;
+    for (int t = 0; t < 256; t++) {
+        if (!counts[t])
+            continue;
+        PyObject *key = PyLong_FromLong(t), *value = PyLong_FromSsize_t(counts[t]);
+        int failed = key == NULL || value == NULL || PyDict_SetItem(by_type, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed) {
+            Py_DECREF(by_type);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("nKKKN", i, expect, last_ts, nbytes, by_type);
+}
+
+static PyObject *
+ok_payloads(PyObject *self, PyObject *args)
+{
+    PyObject *view;
+    Py_ssize_t pos, end, limit, max_packet;
+    if (!PyArg_ParseTuple(args, "O!nnnn", &PyMemoryView_Type, &view, &pos, &end, &limit, &max_packet))
+        return NULL;
+    Py_buffer *buf = PyMemoryView_GET_BUFFER(view);
+    if (pos < 0 || end > buf->len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "pos and end must lie within the buffer");
+        return NULL;
+    }
+    const unsigned char *p = buf->buf;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    while (PyList_GET_SIZE(out) < limit && end - pos >= 5) {
+        Py_ssize_t length = p[pos] | (p[pos + 1] << 8) | (p[pos + 2] << 16);
+        if (length == 0 || length >= 0xFFFFFF || length > max_packet || end - pos - 4 < length || p[pos + 4])
+            break;
+        PyObject *payload = PySequence_GetSlice(view, pos + 5, pos + 4 + length);
+        if (payload == NULL || PyList_Append(out, payload) < 0) {
+            Py_XDECREF(payload);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(payload);
+        pos += 4 + length;
+    }
+    return Py_BuildValue("Nn", out, pos);
+}
+
+static PyMethodDef methods[] = {
+    {"ok_payloads", ok_payloads, METH_VARARGS,
+     PyDoc_STR("ok_payloads(view, pos, end, limit, max_packet) -> (payloads, pos); see protocol/packet.py.")},
+    {"skim_run", skim_run, METH_VARARGS,
+     PyDoc_STR("skim_run(events, start, end, table, crc_len, crc32, expect) -> "
+               "(stop, next_position, last_timestamp, bytes, counts); see protocol/skim.py.")},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, .m_name = "protocol._skim",
+    .m_doc = "The raw path's loops in C (protocol.skim.skim_run, BufferedPacketReader.next_ok_payloads).", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__skim(void)
+{
+    return PyModule_Create(&moduledef);
+}
