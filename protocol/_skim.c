@@ -132,28 +132,29 @@ ok_payloads(PyObject *self, PyObject *args)
     Py_ssize_t pos, end, limit, max_packet;
     if (!PyArg_ParseTuple(args, "O!nnnn", &PyMemoryView_Type, &view, &pos, &end, &limit, &max_packet))
         return NULL;
-    Py_buffer *buf = PyMemoryView_GET_BUFFER(view);
-    if (pos < 0 || end > buf->len || pos > end) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(view, &buf, PyBUF_SIMPLE) < 0)  /* raises for a released view */
+        return NULL;
+    if (pos < 0 || end > buf.len || pos > end) {
+        PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_ValueError, "pos and end must lie within the buffer");
         return NULL;
     }
-    const unsigned char *p = buf->buf;
+    const unsigned char *p = buf.buf;
     PyObject *out = PyList_New(0);
-    if (out == NULL)
-        return NULL;
-    while (PyList_GET_SIZE(out) < limit && end - pos >= 5) {
+    while (out != NULL && PyList_GET_SIZE(out) < limit && end - pos >= 5) {
         Py_ssize_t length = p[pos] | (p[pos + 1] << 8) | (p[pos + 2] << 16);
         if (length == 0 || length >= 0xFFFFFF || length > max_packet || end - pos - 4 < length || p[pos + 4])
             break;
         PyObject *payload = PySequence_GetSlice(view, pos + 5, pos + 4 + length);
-        if (payload == NULL || PyList_Append(out, payload) < 0) {
-            Py_XDECREF(payload);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(payload);
+        if (payload == NULL || PyList_Append(out, payload) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(payload);
         pos += 4 + length;
     }
+    PyBuffer_Release(&buf);
+    if (out == NULL)
+        return NULL;
     return Py_BuildValue("Nn", out, pos);
 }
 

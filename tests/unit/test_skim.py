@@ -11,6 +11,8 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol import events as E
 from protocol import skim
@@ -193,3 +195,31 @@ def test_skim_without_verification_takes_a_bad_crc(use_c, monkeypatch):
     table = bytes(256)[:ET.WRITE_ROWS] + b"\x09" + bytes(256)[ET.WRITE_ROWS + 1:]
     assert skim.skim_run(raws, 0, 2, table, 4, None, 1000).stop == 2
     assert skim.skim_run(raws, 0, 2, table, 4, zlib.crc32, 1000).stop == 1
+
+
+@pytest.mark.usefixtures("corpus")
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6 * 63 - 1), st.integers(0, 255)), min_size=1, max_size=4),
+       st.integers(0, 5))
+def test_skim_never_takes_an_event_the_decoder_rejects(flips, cut):
+    """Random byte changes (and a cut) in a run of rows events: C and Python agree, and every event
+    taken decodes without error and starts where the one before it ended."""
+    decoder = fde_decoder()
+    raws = [bytearray(r) for r in rows_stream(6)]
+    for at, value in flips:
+        raws[at // 63][at % 63] = value
+    raws[cut] = raws[cut][:len(raws[cut]) - cut]
+    raws = [bytes(r) for r in raws]
+    runs, saved = [], skim._USE_C
+    for use_c in LOOPS:
+        skim._USE_C = use_c
+        try:
+            runs.append(decoder.skim_run(raws, 0, len(raws), 1000))
+        finally:
+            skim._USE_C = saved
+    assert all(run == runs[0] for run in runs)
+    pos = 1000
+    for raw in raws[:runs[0].stop]:
+        assert type(decoder.decode(raw, pos)) is E.UndecodedRowsEvent
+        pos = struct.unpack_from("<I", raw, 13)[0]
+    assert pos == runs[0].next_position
