@@ -5,8 +5,9 @@ complete event a socket read brought). Another task,
 the consumer, decodes them, writes each transaction to the sink, and commits
 the sink and then the checkpoint at transaction boundaries. Several
 transactions may be grouped per commit while the queue is busy. A commit flushes
-the sink on the consumer; a worker thread then makes it durable (fsync) and saves
-the checkpoint while the consumer goes on with the next transactions. After any
+the sink on the consumer (the transaction is then readable); a worker thread makes
+it durable (fsync) and then saves the checkpoint, while the consumer goes on with
+the next transactions. After any
 error it reconnects from the last committed boundary, with capped
 exponential backoff and jitter, and reopens the sink at its committed state,
 so a transaction that was partly written is written again exactly once.
@@ -92,6 +93,7 @@ class Daemon:
         self._last_commit = time.monotonic()
         self._bytes_since_commit = 0
         self._syncing: asyncio.Future | None = None  # the sink sync + checkpoint save in flight
+        self._flushed: Checkpoint | None = None  # flushed since that sync began: the next one to make durable
         self._skip_before: float | None = None
         self._queued = 0  # events in the reader -> consumer queue
         self._schema: SchemaCache | None = None
@@ -352,7 +354,8 @@ class Daemon:
         skim = not decoder.rows
         while True:
             self._progress = time.monotonic()
-            if self._syncing is not None and self._syncing.done():
+            job = self._syncing
+            if job is not None and job.done() and (job.cancelled() or job.exception() is not None):
                 await self._settle()  # raises a failed sync now, not at the next commit
             if self.stopping.is_set():
                 if not self.tracker.in_transaction:
@@ -392,14 +395,9 @@ class Daemon:
 
     def _commit_due(self, idle: bool) -> bool:
         """At a transaction boundary: commit now? Always when nothing else is queued (``idle``);
-        while busy, after _COMMIT_EVERY transactions, _COMMIT_BYTES bytes or _COMMIT_SECONDS,
-        once the previous commit's sync is done."""
-        if idle:
-            return True
-        if self._syncing is not None and not self._syncing.done():
-            return False
-        return (self._uncommitted >= _COMMIT_EVERY or self._bytes_since_commit >= _COMMIT_BYTES
-                or time.monotonic() - self._last_commit >= _COMMIT_SECONDS)
+        while busy, after _COMMIT_EVERY transactions, _COMMIT_BYTES bytes or _COMMIT_SECONDS."""
+        return idle or self._uncommitted >= _COMMIT_EVERY or self._bytes_since_commit >= _COMMIT_BYTES \
+            or time.monotonic() - self._last_commit >= _COMMIT_SECONDS
 
     def _skim(self, events: list, start: int, decoder: Decoder) -> int:
         """Pass the run of rows events (and their context) from ``events[start]`` on, checked in one
@@ -473,22 +471,28 @@ class Daemon:
     async def _commit(self, wait: bool = True) -> None:
         """Sink first (durable), then the checkpoint; only at a transaction boundary.
 
-        The sink's flush runs here, after the previous commit's sync has finished; this one's sync
-        and checkpoint save run in a worker thread. ``wait``: return only once both are done.
+        The sink's flush runs here. Its sync and then the checkpoint save run in a worker thread, one
+        at a time: a commit made while one runs is made durable by the next (with any later ones).
+        ``wait``: return only once everything flushed is durable.
 
         Raises:
-            SinkError, CheckpointError: this commit failed, or the previous one did.
+            SinkError, CheckpointError: the flush failed, or (``wait``) a sync or save did.
         """
-        await self._settle()
         state = self.sink.flush()
         facts = self._source_facts if self._skip_before is None else {**self._source_facts,
                                                                       "skip_before": self._skip_before}
-        checkpoint = Checkpoint(self.tracker.committed, state, facts)
+        self._flushed = Checkpoint(self.tracker.committed, state, facts)
         self._uncommitted, self._dirty, self._last_commit, self._bytes_since_commit = 0, False, time.monotonic(), 0
-        self._syncing = asyncio.ensure_future(asyncio.to_thread(self._make_durable, checkpoint))
-        self._syncing.add_done_callback(lambda job: self._made_durable(job, checkpoint))
+        if self._syncing is None:
+            self._sync_flushed()
         if wait:
             await self._settle()
+
+    def _sync_flushed(self) -> None:
+        """Start making the latest flushed commit durable, in a worker thread."""
+        checkpoint, self._flushed = self._flushed, None
+        self._syncing = asyncio.ensure_future(asyncio.to_thread(self._make_durable, checkpoint))
+        self._syncing.add_done_callback(lambda job: self._made_durable(job, checkpoint))
 
     def _make_durable(self, checkpoint: Checkpoint) -> None:
         """In a worker thread: sync the sink, then save the checkpoint."""
@@ -496,19 +500,32 @@ class Daemon:
         self.store.save(checkpoint)
 
     def _made_durable(self, job: asyncio.Future, checkpoint: Checkpoint) -> None:
-        """On the loop, as soon as a sync job ends (before anyone awaiting it resumes)."""
+        """On the loop, as soon as a sync ends (before anyone awaiting it resumes): record it, and
+        start the next one if commits were flushed meanwhile. A failed one stays for _settle to raise."""
         if job.cancelled() or job.exception() is not None:
             return
         self._sink_state, self._durable = checkpoint.sink, checkpoint.position
         self.metrics.sink_commit()
         self.metrics.checkpoint_saved()
+        if self._flushed is not None:
+            self._sync_flushed()
+        else:
+            self._syncing = None
 
     async def _settle(self) -> None:
-        """Wait for the sync job in flight, if any.
+        """Wait until every flushed commit is durable.
 
         Raises:
-            SinkError, CheckpointError: it failed (the checkpoint did not move).
+            SinkError, CheckpointError: a sync or save failed (the checkpoint stays before it, and
+            commits flushed after it are dropped: the session ends and the sink is reopened).
         """
-        job, self._syncing = self._syncing, None
-        if job is not None:
-            await job
+        while self._syncing is not None:
+            job = self._syncing
+            try:
+                await job
+            except BaseException:
+                if self._syncing is job:
+                    self._syncing = self._flushed = None
+                raise
+            if self._syncing is job:  # done, but its callback (_made_durable) has not run yet
+                await asyncio.sleep(0)

@@ -1,10 +1,11 @@
 """The daemon's commits against the fake primary: the sink's sync and the checkpoint save run in a
 worker thread while the consumer goes on, and the checkpoint never moves past what the sink made durable.
 
-Each commit flushes the sink on the consumer, then a worker thread syncs it and saves the checkpoint.
-Here a sync is held (or made to fail) to show that (1) the consumer keeps reading and writing later
-transactions meanwhile, (2) the checkpoint only moves once the sync is done, and (3) a failed sync
-leaves the checkpoint where it was, and the transactions after it are delivered again exactly once.
+Each commit flushes the sink on the consumer, then a worker thread syncs it and saves the checkpoint,
+one sync at a time. Here a sync is held (or made to fail) to show that (1) the consumer keeps reading,
+writing and flushing later transactions meanwhile, (2) the checkpoint only moves once the sync is done,
+and the next sync covers everything flushed in between, and (3) a failed sync leaves the checkpoint
+where it was, and the transactions after it are delivered again exactly once.
 """
 
 from __future__ import annotations
@@ -73,9 +74,11 @@ def test_consumer_goes_on_while_a_sync_runs(tmp_path, monkeypatch):
                 await asyncio.sleep(0.2)
                 cp = checkpoint(tmp_path)
                 assert cp is not None and cp.position.pos < held_at < END[1]
-                assert len(flushed) == 2, "no commit may start while the last one's sync runs"
+                assert flushed[-1] == END[1], "later transactions must be flushed (readable) meanwhile"
+                assert len(synced) == 2, "no sync may start while another runs"
                 release.set()
                 await running.wait(at_pos(tmp_path, *END), 10, "the checkpoint at the end")
+                assert len(synced) == 3, "one sync must cover every commit flushed while the last one ran"
                 assert await running.stop() == 0
 
     try:
