@@ -142,10 +142,11 @@ class ArchiveSink(Sink):
         sync_all(self._unsynced, f"archive file {self._name}")
 
     def _close_file(self) -> None:
+        """Write what is queued and close the file; the next sync() fsyncs it (a dup stays open)."""
         if self._fh is not None:
             self._write_pending()
             if self.fsync:
-                os.fsync(self._fh.fileno())
+                self._unsynced.append(os.dup(self._fh.fileno()))
             self._fh.close()
             self._fh = None
 

@@ -3,6 +3,7 @@ flushed on collection and counted per run. Each must give what the full path giv
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import zlib
@@ -97,3 +98,50 @@ def test_rows_read_after_the_whole_file_equal_rows_read_at_once():
         assert [ev.rows for ev in later] == at_once
         checked += len(at_once)
     assert checked
+
+
+# ----------------------------------------------------------------- the archive's flush, sync and runs
+
+
+def test_archive_flush_writes_and_sync_fsyncs_even_a_file_closed_by_a_rotate(corpus, tmp_path, monkeypatch):
+    from daemon.sinks.archive import ArchiveSink
+    from tests.unit.test_sinks import _fsync_recorder, artificial_rotate, feed_archive, stream
+
+    first = (corpus / "canal/mysql-bin.000001").read_bytes()
+    second = (corpus / "canal/mysql-bin.000002").read_bytes()
+    calls = _fsync_recorder(monkeypatch)
+    sink = ArchiveSink(tmp_path)
+    sink.open(None)
+    feed_archive(sink, [artificial_rotate("mysql-bin.000001", 4, False)] + stream(first) + stream(second))
+    files = [tmp_path / "mysql-bin.000001", tmp_path / "mysql-bin.000002"]
+    synced = lambda: {(st.st_dev, st.st_ino) for st in map(os.stat, files)} & {c[:2] for c in calls if not c[2]}
+    assert synced() == set()  # the rotate closed the first file without fsyncing it on the consumer
+    assert sink.flush() == {"file": "mysql-bin.000002", "size": len(second)}
+    assert [p.read_bytes() for p in files] == [first, second] and synced() == set()  # readable, not durable
+    sink.sync()
+    assert synced() == {(st.st_dev, st.st_ino) for st in map(os.stat, files)}
+    sink.close()
+
+
+def test_archive_event_run_writes_what_events_write(corpus, tmp_path):
+    from daemon.sinks.archive import ArchiveSink
+    from daemon.sinks.base import SinkError
+    from tests.unit.test_sinks import artificial_rotate, stream
+
+    data = (corpus / "canal/mysql-bin.000001").read_bytes()
+    items = stream(data)
+    sink = ArchiveSink(tmp_path)
+    sink.open(None)
+    sink.event(*artificial_rotate("mysql-bin.000001", 4, False))
+    for raw, event in items[:3]:
+        sink.event(raw, event)
+    middle = items[3:-1]
+    start = middle[0][1].header.pos
+    with pytest.raises(SinkError, match="out of step") as err:
+        sink.event_run([raw for raw, _ in middle], start + 1, middle[-1][1].header.next_position)
+    assert err.value.fatal
+    sink.event_run([raw for raw, _ in middle], start, middle[-1][1].header.next_position)
+    sink.event(*items[-1])
+    sink.commit()
+    sink.close()
+    assert (tmp_path / "mysql-bin.000001").read_bytes() == data
