@@ -1,12 +1,14 @@
 """Sinks: where the daemon writes what it read, one transaction at a time.
 
-A sink receives every event (``event``) and every row change that passed the
-filters (``change``) of a transaction, then ``commit`` makes the transaction
-durable and returns the sink's state, which the daemon stores in the
-checkpoint. On start, ``open`` receives that state back and discards
-anything written after it, so a transaction the checkpoint does not cover is
-written again exactly once. A new sink (Kafka, say) implements these five
-methods; see :mod:`daemon.sinks.base`.
+A sink receives every event (``event``, or ``event_run`` for runs of rows events
+when it takes no rows) and every row change that passed the filters (``change``)
+of a transaction. At a commit, ``flush`` hands it on and returns the sink's
+state; ``sync``, in a worker thread, makes it durable, and only then does the
+daemon store that state in the checkpoint. On start, ``open`` receives the state
+back and discards anything written after it, so a transaction the checkpoint
+does not cover is written again exactly once. A new sink (Kafka, say) implements
+``open``, ``event``, ``change``, ``flush``, ``sync`` and ``close``; see
+:mod:`daemon.sinks.base`.
 """
 
 from __future__ import annotations
