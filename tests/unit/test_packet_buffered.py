@@ -21,9 +21,9 @@ def header(length: int, seq: int) -> bytes:
     return struct.pack("<I", length)[:3] + bytes([seq])
 
 
-def receive(reader: BufferedPacketReader, data: bytes, sizes) -> list:
-    """Deliver ``data`` through get_buffer/buffer_updated in pieces (sizes cycled); drain after each."""
-    out, pos, i = [], 0, 0
+def deliver(reader: BufferedPacketReader, data: bytes, sizes):
+    """Deliver ``data`` through get_buffer/buffer_updated in pieces (sizes cycled), yielding after each."""
+    pos, i = 0, 0
     while pos < len(data):
         region = reader.get_buffer(-1)
         n = min(sizes[i % len(sizes)], len(region), len(data) - pos)
@@ -31,6 +31,13 @@ def receive(reader: BufferedPacketReader, data: bytes, sizes) -> list:
         region[:n] = data[pos:pos + n]
         reader.buffer_updated(n)
         pos += n
+        yield
+
+
+def receive(reader: BufferedPacketReader, data: bytes, sizes) -> list:
+    """Deliver ``data`` in pieces; drain the complete packets after each."""
+    out = []
+    for _ in deliver(reader, data, sizes):
         while (p := reader.next_payload()) is not None:
             out.append(p)
     return out
@@ -164,14 +171,8 @@ def test_limit():
 def receive_ok_runs(reader: BufferedPacketReader, data: bytes, sizes, limit: int) -> list[tuple[str, bytes]]:
     """As the daemon's reader does: runs of event packets (next_ok_payloads), then next_payload for what
     stopped a run. Event packets come back as ("ok", payload without its 0x00), the rest as ("other", payload)."""
-    out, pos, i = [], 0, 0
-    while pos < len(data):
-        region = reader.get_buffer(-1)
-        n = min(sizes[i % len(sizes)], len(region), len(data) - pos)
-        i += 1
-        region[:n] = data[pos:pos + n]
-        reader.buffer_updated(n)
-        pos += n
+    out = []
+    for _ in deliver(reader, data, sizes):
         while True:
             run = reader.next_ok_payloads(limit)
             assert all(isinstance(p, memoryview) and p.readonly for p in run)
