@@ -131,6 +131,7 @@ class Daemon:
             if watchdog is not None:
                 watchdog.cancel()
             self.metrics.set_up(False)
+            await self._drain()
             self.sink.close()
             if self._schema is not None:
                 await self._schema.close()
@@ -237,6 +238,7 @@ class Daemon:
                 await self._commit()  # a durable sink state and checkpoint from the very start
             else:
                 # Back to the last durable commit: discard what the last session wrote after it.
+                await self._drain()
                 self.sink.close()
                 self.sink.open(self._sink_state)
             position = self._durable
@@ -264,10 +266,6 @@ class Daemon:
                     await reader
                 except (asyncio.CancelledError, Exception):
                     pass
-            try:
-                await self._settle()  # no sync may run while the sink is reopened or closed
-            except (SinkError, CheckpointError):
-                pass  # the checkpoint stays where it was; this session failed anyway
             await conn.close()
 
     async def _first_start(self, conn: SourceConnection, info) -> None:
@@ -511,6 +509,14 @@ class Daemon:
             self._sync_flushed()
         else:
             self._syncing = None
+
+    async def _drain(self) -> None:
+        """Before the sink is reopened or closed: let a sync the last session left running end (while
+        the next connection was being made). If it failed, the checkpoint simply stayed before it."""
+        try:
+            await self._settle()
+        except (SinkError, CheckpointError):
+            pass
 
     async def _settle(self) -> None:
         """Wait until every flushed commit is durable.

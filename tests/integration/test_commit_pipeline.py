@@ -20,14 +20,17 @@ from daemon.sinks import SinkError
 from tests.fakeprimary import FakePrimary
 from tests.integration.test_fake_primary import (
     F57,
+    FENUM,
     PASSWORD,
     U57,
+    UENUM,
     Running,
     at_pos,
     binlog,
     by_gtid,
     checkpoint,
     config,
+    gtid_reaches,
     run,
     sink_rows,
 )
@@ -118,3 +121,45 @@ def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatc
     assert seen[2] < END[1]
     assert d.metrics.registry.get_sample_value("binlogd_errors_total", {"kind": "sink"}) == 1
     assert by_gtid(sink_rows(tmp_path)) == ROWS  # the rows after the failed sync: written again, once
+
+
+def test_reconnect_does_not_wait_for_a_sync_but_the_sink_reopens_after_it(tmp_path, monkeypatch):
+    """The primary closes the connection while a sync runs: the daemon reconnects at once, and reopens
+    the sink (then dumps) only when that sync has ended."""
+    monkeypatch.setattr(service, "_COMMIT_EVERY", 1)
+    release, held = threading.Event(), threading.Event()
+
+    async def main():
+        async with FakePrimary(binlog(FENUM), password=PASSWORD, close_after=12) as primary:
+            running = Running(config(tmp_path, primary.port, f"gtid:{UENUM}:1-2"), primary)
+            d = running.daemon
+            sync, opened, calls = d.sink.sync, [], []
+            reopen = d.sink.open
+
+            def slow_sync():
+                calls.append(1)
+                if len(calls) == 2:
+                    held.set()
+                    assert release.wait(20), "the test never released the sync"
+                sync()
+
+            d.sink.sync = slow_sync
+            d.sink.open = lambda state: (opened.append(release.is_set()), reopen(state))[1]
+            async with running:
+                await running.wait(held.is_set, 10, "the held sync")
+                await running.wait(lambda: len(primary.connections) == 2, 10, "a new connection")
+                await asyncio.sleep(0.3)
+                assert len(primary.dumps) == 1 and opened == [False], "the sink was reopened during the sync"
+                release.set()
+                await running.wait(gtid_reaches(tmp_path, f"{UENUM}:1-5"), 20, "all GTIDs")
+                assert await running.stop() == 0
+            return primary, opened
+
+    try:
+        primary, opened = run(main())
+    finally:
+        release.set()
+    assert primary.connections[0].closed_by == "fault" and len(primary.dumps) == 2
+    assert opened == [False, True]
+    assert by_gtid(sink_rows(tmp_path)) == {f"{UENUM}:3": ["insert"], f"{UENUM}:4": ["update"],
+                                           f"{UENUM}:5": ["delete"]}
