@@ -25,6 +25,7 @@ length-encoded integers and strings.
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 
@@ -33,6 +34,8 @@ from .errors import ProtocolError, ServerError, TruncatedError
 try:
     from ._skim import ok_payloads as _ok_payloads_c
 except ImportError:  # not built: BufferedPacketReader.next_ok_payloads loops in Python
+    _ok_payloads_c = None
+if os.environ.get("BINLOGD_PURE_PYTHON", "") not in ("", "0"):
     _ok_payloads_c = None
 
 __all__ = [

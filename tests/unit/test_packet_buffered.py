@@ -194,7 +194,7 @@ def test_ok_payload_runs_match_packet_by_packet(loop, payloads, sizes, buffer_si
     import protocol.packet as P
 
     if loop == "c" and P._ok_payloads_c is None:
-        pytest.skip("the C extension is not built")
+        pytest.skip("the C loop is off (not built, or BINLOGD_PURE_PYTHON=1)")
     saved = P._ok_payloads_c
     if loop == "python":
         P._ok_payloads_c = None
@@ -213,7 +213,7 @@ def test_ok_payload_runs_stop_before_split_and_oversized_packets(loop, monkeypat
     if loop == "python":
         monkeypatch.setattr(P, "_ok_payloads_c", None)
     elif P._ok_payloads_c is None:
-        pytest.skip("the C extension is not built")
+        pytest.skip("the C loop is off (not built, or BINLOGD_PURE_PYTHON=1)")
     big = b"\x00" + b"b" * (MAX_CHUNK + 9)
     data = stream([b"\x00a"]) + header(MAX_CHUNK, 1) + big[:MAX_CHUNK] + header(10, 2) + big[MAX_CHUNK:]
     r = BufferedPacketReader()
