@@ -18,14 +18,12 @@ from . import events as E
 from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
 from .errors import ChecksumError, EventDecodeError, ProtocolError
-from .primitives import U16, U32, crc32, need, packed_len
+from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
 from .rowcodec import TableCodec
 from .rows import ROWS_TYPES, decode_rows, undecoded_rows
 from .skim import SkimRun, skim_run
 from .tablemap import TableSchema, apply_schema, decode_table_map
 
-HEADER_V4 = struct.Struct("<IBIIIH")
-HEADER_V1 = struct.Struct("<IBII")
 _FDE_FIXED = 2 + 50 + 4 + 1  # binlog version, server version, create timestamp, header length
 _MAX_UNCOMPRESSED = 1 << 32
 
@@ -150,6 +148,11 @@ class Decoder:
             return self._post_header[idx]
         return _DEFAULT_POST_HEADER.get(type_code, 0)
 
+    def table_id_size(self, type_code: int) -> int:
+        """Bytes of the table id in a TABLE_MAP's or rows event's post-header: 4 where that post-header
+        is 6 bytes long (early 5.1 servers), else 6."""
+        return 4 if self.post_header_len(type_code) == 6 else 6
+
     # ------------------------------------------------------------ decoding
     def decode_header(self, data, pos: int = 0) -> E.EventHeader:
         """Parse only the common header of the event starting at ``data[0]``.
@@ -216,7 +219,7 @@ class Decoder:
             for tc in _ROW_CONTEXT:
                 table[tc] = 1
             for tc in ROWS_TYPES:
-                table[tc] = 1 + (4 if self.post_header_len(tc) == 6 else 6) + 2  # table id and flags
+                table[tc] = 1 + self.table_id_size(tc) + 2  # table id and flags
             self._skim_table = (self._post_header, bytes(table))
         crc = self.checksum_alg == CHECKSUM_CRC32
         return skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
@@ -311,7 +314,7 @@ class Decoder:
 
     def _table_map(self, header, body: memoryview) -> E.TableMapEvent:
         """Decode a TABLE_MAP, reusing the compiled codec when the same map was seen before."""
-        id_size = 4 if self.post_header_len(ET.TABLE_MAP) == 6 else 6
+        id_size = self.table_id_size(ET.TABLE_MAP)
         need(body, 0, id_size + 2, "TABLE_MAP post-header")
         table_id = int.from_bytes(body[:id_size], "little")
         flags = U16.unpack_from(body, id_size)[0]

@@ -20,6 +20,8 @@ U16 = struct.Struct("<H")
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 I64 = struct.Struct("<q")
+HEADER_V4 = struct.Struct("<IBIIIH")  # event header: timestamp, type, server id, length, next position, flags
+HEADER_V1 = struct.Struct("<IBII")    # the v1 header: no next position, no flags
 
 
 def need(view: memoryview, pos: int, n: int, what: str = "field") -> None:

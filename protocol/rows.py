@@ -33,15 +33,24 @@ STMT_END_F = 0x0001
 _PRE_GA_UPDATE, _PARTIAL_UPDATE = int(ET.PRE_GA_UPDATE_ROWS), int(ET.PARTIAL_UPDATE_ROWS)  # plain ints: faster
 
 
+def _post_header(h, body: memoryview, ctx) -> tuple[int, int, int]:
+    """A rows event's table id, flags, and where the body goes on after them.
+
+    Raises:
+        EventDecodeError: the body is shorter than the table id and flags.
+    """
+    id_size = ctx.table_id_size(h.type_code)
+    need(body, 0, id_size + 2, "rows post-header")
+    return int.from_bytes(body[:id_size], "little"), U16.unpack_from(body, id_size)[0], id_size + 2
+
+
 def undecoded_rows(h, body: memoryview, ctx) -> E.UndecodedRowsEvent:
     """A rows event's header and flags only (a decoder that takes no rows).
 
     Raises:
         EventDecodeError: the body is shorter than the table id and flags.
     """
-    id_size = 4 if ctx.post_header_len(h.type_code) == 6 else 6
-    need(body, 0, id_size + 2, "rows post-header")
-    return E.UndecodedRowsEvent(h, U16.unpack_from(body, id_size)[0])
+    return E.UndecodedRowsEvent(h, _post_header(h, body, ctx)[1])
 
 
 def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
@@ -50,11 +59,7 @@ def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
     Raises:
         EventDecodeError: no TABLE_MAP seen for its table id, or a malformed frame.
     """
-    id_size = 4 if ctx.post_header_len(h.type_code) == 6 else 6
-    need(body, 0, id_size + 2, "rows post-header")
-    table_id = int.from_bytes(body[:id_size], "little")
-    flags = U16.unpack_from(body, id_size)[0]
-    pos = id_size + 2
+    table_id, flags, pos = _post_header(h, body, ctx)
     if h.type_code in _V2:
         need(body, pos, 2, "rows extra data length")
         extra = U16.unpack_from(body, pos)[0]

@@ -16,18 +16,16 @@ the same result.
 from __future__ import annotations
 
 import os
-import struct
 from typing import NamedTuple
 
 from .constants import LOG_EVENT_ARTIFICIAL_F
-from .primitives import U32
+from .primitives import HEADER_V4, U32
 
 try:
     from . import _skim as C
 except ImportError:  # not built: the Python loop below does the same
     C = None
 _HEADER = 19
-_LENGTH_NEXT = struct.Struct("<II")  # event_length, next_position at offset 9
 _USE_C = C is not None and os.environ.get("BINLOGD_PURE_PYTHON", "") in ("", "0")
 
 
@@ -79,9 +77,7 @@ def skim_run(events: list, start: int, end: int, table: bytes, crc_len: int, crc
         n = len(raw)
         if n < _HEADER + crc_len:
             break
-        ts, type_code = U32.unpack_from(raw, 0)[0], raw[4]
-        length, next_position = _LENGTH_NEXT.unpack_from(raw, 9)
-        flags = raw[17] | (raw[18] << 8)
+        ts, type_code, _, length, next_position, flags = HEADER_V4.unpack_from(raw, 0)
         if not table[type_code] or length != n or flags & LOG_EVENT_ARTIFICIAL_F or not ts \
                 or next_position < length or next_position - length != expect \
                 or n - _HEADER - crc_len < table[type_code] - 1:
