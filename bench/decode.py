@@ -135,8 +135,9 @@ def write_workload(conn, rows: int) -> dict:
 
 def run_binlogd(files: list[Path]) -> tuple[int, int]:
     """Decode every file from disk with every row materialised; (row changes, values touched)."""
+    from binlogd.protocol.events import RowsEvent
+
     from binlogd.filetools import dump_events
-    from protocol.events import RowsEvent
 
     changes = values = 0
     for path in files:
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pure-python", action="store_true",
                     help="decode row images with the generated Python code, not the C extension")
     ns = ap.parse_args(argv)
-    from protocol import rowcodec
+    from binlogd.protocol import rowcodec
 
     if ns.pure_python:
         rowcodec.use_speedups(False)

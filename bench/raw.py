@@ -32,10 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from binlogd.daemon.config import load_config
+from binlogd.daemon.service import Daemon
+
 from bench.decode import SERVER_ARGS, log, machine, write_workload
 from binlogd.localserver import LocalServer
-from daemon.config import load_config
-from daemon.service import Daemon
 
 _server_ids = itertools.count(1001)
 

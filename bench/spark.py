@@ -91,7 +91,7 @@ def generate(rows: int, small: int, file_mb: int) -> tuple[list[Path], str, Path
 
 def in_process(files: list[Path]) -> dict:
     """The same decoding without Spark: pipeline.decode into column buffers, one core."""
-    from pipeline import decode as D
+    from binlogd.pipeline import decode as D
 
     out = {}
     for shape, cls in (("events", D.EventRows), ("changes", D.ChangeRows)):
@@ -116,7 +116,7 @@ def measure(spark, paths: list[str], shape: str, repeat: int, arrow: bool = True
 
 
 def run_master(master: str, paths: list[str], repeat: int, tuples: bool, counts: dict) -> dict:
-    from pipeline.jobs import session
+    from binlogd.pipeline.jobs import session
 
     spark = session(f"bench-spark {master}", master, {"spark.ui.enabled": "false",
                                                       "spark.sql.shuffle.partitions": "2"})
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now().astimezone()
     server = None
     if ns.binlogs:
-        from pipeline.paths import expand
+        from binlogd.pipeline.paths import expand
 
         files = [Path(p) for p in expand([str(ns.binlogs.resolve())])]
     else:

@@ -14,8 +14,8 @@ import dataclasses
 import sys
 from datetime import datetime, timezone
 
-from protocol.errors import BinlogError
-from protocol.serialize import dumps, event_to_dict, flatten
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.serialize import dumps, event_to_dict, flatten
 
 from . import filetools
 from .textformat import format_event
@@ -79,9 +79,9 @@ def cmd_dump(args) -> int:
 def cmd_run(args) -> int:
     import asyncio
 
-    from daemon.config import ConfigError, load_config
-    from daemon.logs import setup_logging
-    from daemon.service import EXIT_CONFIG, Daemon
+    from binlogd.daemon.config import ConfigError, load_config
+    from binlogd.daemon.logs import setup_logging
+    from binlogd.daemon.service import EXIT_CONFIG, Daemon
 
     overrides = {}
     for item in args.set or ():
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["spark"]:  # its own parser: binlogd spark index|changes|zip …
-        from pipeline.__main__ import main as spark_main
+        from binlogd.pipeline.__main__ import main as spark_main
 
         return spark_main(argv[1:], prog="binlogd spark")
     args = build_parser().parse_args(argv)

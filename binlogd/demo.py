@@ -12,9 +12,9 @@ import random
 import sys
 import tempfile
 
-from daemon.config import load_config
-from daemon.logs import setup_logging
-from daemon.service import Daemon
+from binlogd.daemon.config import load_config
+from binlogd.daemon.logs import setup_logging
+from binlogd.daemon.service import Daemon
 
 from .localserver import LocalServer, free_port
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from protocol.constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F, MAGIC
-from protocol.constants import EventType as ET
-from protocol.decoder import HEADER_V4, Decoder
-from protocol.errors import BinlogError, ProtocolError, TruncatedError
-from protocol.events import Event, FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, RotateEvent
-from protocol.primitives import crc32
-from protocol.reader import check_magic, iter_events
+from binlogd.protocol.constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F, MAGIC
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import HEADER_V4, Decoder
+from binlogd.protocol.errors import BinlogError, ProtocolError, TruncatedError
+from binlogd.protocol.events import Event, FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, RotateEvent
+from binlogd.protocol.primitives import crc32
+from binlogd.protocol.reader import check_magic, iter_events
 
 _GTID_TYPES = {ET.GTID, ET.GTID_TAGGED, ET.MARIADB_GTID}
 _CLOSING_TYPES = {ET.ROTATE, ET.STOP}

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol.errors import BinlogError
+from binlogd.protocol.errors import BinlogError
 
 from .position import Position
 

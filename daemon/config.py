@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 from typing import ClassVar
 
-from protocol.constants import EventType
-from protocol.errors import BinlogError
-from protocol.gtid import GtidSyntaxError, MariadbGtidList, MysqlGtidSet
+from binlogd.protocol.constants import EventType
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.gtid import GtidSyntaxError, MariadbGtidList, MysqlGtidSet
 
 
 class ConfigError(BinlogError):

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from protocol import events as E
-from protocol.constants import EventType as ET
-from protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
-from protocol.rows import ROWS_TYPES, STMT_END_F
+from binlogd.protocol import events as E
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
+from binlogd.protocol.rows import ROWS_TYPES, STMT_END_F
 
 _GROUP_OPENERS = frozenset({ET.INTVAR, ET.RAND, ET.USER_VAR, ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK,
                             ET.CREATE_FILE, ET.ROWS_QUERY, ET.ANNOTATE_ROWS})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from protocol.tablemap import TableSchema
+from binlogd.protocol.tablemap import TableSchema
 
 _DDL = re.compile(r"^(?:\s|/\*.*?\*/|--[^\n]*\n|#[^\n]*\n)*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b",
                   re.IGNORECASE | re.DOTALL)

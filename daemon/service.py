@@ -22,12 +22,12 @@ import signal
 import struct
 import time
 
-from protocol import events as E
-from protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F, event_name
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.errors import ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
-from protocol.serialize import change_events
+from binlogd.protocol import events as E
+from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F, event_name
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
+from binlogd.protocol.serialize import change_events
 
 from . import systemd
 from .checkpoint import Checkpoint, CheckpointError, CheckpointStore

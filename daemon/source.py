@@ -18,10 +18,10 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com_register_slave
-from protocol.errors import BinlogError, ProtocolError, ServerError, TruncatedError
-from protocol.gtid import MysqlGtidSet
-from protocol.packet import BufferedPacketReader, encode_packet, is_eof, is_err, parse_err
+from binlogd.protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com_register_slave
+from binlogd.protocol.errors import BinlogError, ProtocolError, ServerError, TruncatedError
+from binlogd.protocol.gtid import MysqlGtidSet
+from binlogd.protocol.packet import BufferedPacketReader, encode_packet, is_eof, is_err, parse_err
 
 from .position import Position
 

@@ -1,4 +1,4 @@
-"""``python -m pipeline index|changes|zip`` (also usable as the application file of spark-submit).
+"""``python -m binlogd.pipeline index|changes|zip`` (also usable as the application file of spark-submit).
 
 Exit codes: 0 done; 1 the job failed (a corrupt or unreadable file, a Spark error), with one line
 on stderr naming the file and offset where the decoder names them; 2 usage error.
@@ -14,7 +14,9 @@ import zipfile
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-PACKAGES = ("protocol", "pipeline", "daemon", "binlogd")  # what an executor imports (pure Python)
+# What an executor imports (pure Python): folder in the repo -> its place in the binlogd namespace.
+PACKAGES = {"binlogd": "binlogd", "protocol": "binlogd/protocol", "pipeline": "binlogd/pipeline",
+            "daemon": "binlogd/daemon"}
 
 
 def build_zip(out: str | os.PathLike) -> Path:
@@ -26,10 +28,10 @@ def build_zip(out: str | os.PathLike) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in PACKAGES:
-            for path in sorted((root / package).rglob("*.py")):
+        for folder, arc in PACKAGES.items():
+            for path in sorted((root / folder).rglob("*.py")):
                 if "__pycache__" not in path.parts:
-                    zf.write(path, path.relative_to(root).as_posix())
+                    zf.write(path, f"{arc}/{path.relative_to(root / folder).as_posix()}")
     return out
 
 
@@ -44,7 +46,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
 
 
-def build_parser(prog: str = "python -m pipeline") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m binlogd.pipeline") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="binlogd jobs on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("index", help="one row per binlog file (binlogd info) to Parquet")
@@ -68,14 +70,13 @@ def _one_line(exc: BaseException) -> str:
     return (text.strip().splitlines() or [type(exc).__name__])[0]
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m pipeline") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m binlogd.pipeline") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.command == "zip":
         print(build_zip(args.out))
         return EXIT_OK
+    from binlogd.pipeline import jobs
     from pyspark.sql import SparkSession
-
-    from pipeline import jobs
 
     existing = SparkSession.getActiveSession()  # called from a program that has one: leave it running
     spark = jobs.session(f"binlogd {args.command}", args.master)

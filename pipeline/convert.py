@@ -33,7 +33,7 @@ import base64
 import datetime as dt
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-from protocol.serialize import dumps
+from binlogd.protocol.serialize import dumps
 
 _UTC = dt.timezone.utc
 

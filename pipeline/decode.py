@@ -30,13 +30,13 @@ import sys
 from decimal import Decimal
 from typing import Iterator
 
-from daemon.position import Position, PositionTracker
-from protocol import events as E
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.errors import BinlogError, TruncatedError
-from protocol.reader import check_magic, event_bounds, iter_events
-from protocol.serialize import change_events, dumps, flatten
+from binlogd.daemon.position import Position, PositionTracker
+from binlogd.protocol import events as E
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError, TruncatedError
+from binlogd.protocol.reader import check_magic, event_bounds, iter_events
+from binlogd.protocol.serialize import change_events, dumps, flatten
 
 EVENTS_COLUMNS = ("file", "pos", "next_pos", "timestamp", "type", "server_id", "event_length", "gtid", "xid",
                   "inner")

@@ -1,4 +1,4 @@
-"""Batch jobs on the "binlog" data source: ``index`` and ``changes`` (``python -m pipeline …``).
+"""Batch jobs on the "binlog" data source: ``index`` and ``changes`` (``python -m binlogd.pipeline …``).
 
 - :func:`index_job`: one row per binlog file (:func:`binlogd.filetools.info`: server version,
   begin/end time, next file, first/last GTID, size, closed cleanly) to Parquet.

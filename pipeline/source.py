@@ -2,7 +2,7 @@
 
 ::
 
-    from pipeline.source import BinlogDataSource
+    from binlogd.pipeline.source import BinlogDataSource
     spark.dataSource.register(BinlogDataSource)
     events  = spark.read.format("binlog").load("/archive/db1")                       # shape "events"
     changes = spark.read.format("binlog").option("shape", "changes").load(["/a/mysql-bin.0000*", "/b"])
@@ -368,11 +368,12 @@ def _scan(path: str, entry: dict, size: int, final: bool, budget: int | None, sk
     seeking from the end, :func:`binlogd.filetools.info`) is taken whole without a walk. A
     ``final`` file (a later one exists) gives every complete event; a partial tail is corrupt.
     """
+    from binlogd.daemon.position import Position, PositionTracker
+    from binlogd.protocol.constants import EventType as ET
+    from binlogd.protocol.errors import BinlogError, TruncatedError
+    from binlogd.protocol.reader import event_bounds
+
     from binlogd.filetools import info
-    from daemon.position import Position, PositionTracker
-    from protocol.constants import EventType as ET
-    from protocol.errors import BinlogError, TruncatedError
-    from protocol.reader import event_bounds
 
     pos, fde = entry["pos"], entry["fde"]
     if size <= pos:
@@ -420,7 +421,7 @@ class BinlogDataSource(DataSource):
     """The "binlog" data source: ``spark.dataSource.register(BinlogDataSource)``.
 
     It must be importable on the executors as ``pipeline.source.BinlogDataSource``:
-    install binlogd there, or ship ``python -m pipeline zip`` with ``--py-files``.
+    install binlogd there, or ship ``python -m binlogd.pipeline zip`` with ``--py-files``.
     """
 
     @classmethod

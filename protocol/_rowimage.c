@@ -33,7 +33,7 @@ PyDoc_STRVAR(module_doc,
 "Python decoders; decode_rows(first, second, data, out) appends every row of an event\n"
 "(second: None, or the after image of updates, giving (before, after) tuples) to the list\n"
 "out. Every read is bounded: short or overrunning data raises\n"
-"protocol.errors.EventDecodeError.");
+"binlogd.protocol.errors.EventDecodeError.");
 
 #define OPCODES(X) X(OP_NONE) X(OP_INT) X(OP_DOUBLE) X(OP_YEAR) X(OP_DATE) X(OP_DATETIME2) X(OP_TIMESTAMP2) \
     X(OP_TIME2) X(OP_TIMESTAMP) X(OP_DECIMAL) X(OP_BIT) X(OP_ENUM) X(OP_SET) X(OP_TEXT) X(OP_BYTES_CALL) \
@@ -643,7 +643,7 @@ Image_call(Image *im, PyObject *args, PyObject *kwds)
 
 static PyTypeObject ImageType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "protocol._rowimage.Image",
+    .tp_name = "binlogd.protocol._rowimage.Image",
     .tp_doc = PyDoc_STR("Image(plan, null_offset=0): a compiled row image decoder (see the module doc)."),
     .tp_basicsize = offsetof(Image, cols),
     .tp_itemsize = sizeof(Col),
@@ -713,13 +713,13 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, .m_name = "protocol._rowimage", .m_doc = module_doc, .m_size = -1, .m_methods = methods,
+    PyModuleDef_HEAD_INIT, .m_name = "binlogd.protocol._rowimage", .m_doc = module_doc, .m_size = -1, .m_methods = methods,
 };
 
 PyMODINIT_FUNC
 PyInit__rowimage(void)
 {
-    PyObject *errors = PyImport_ImportModule("protocol.errors");
+    PyObject *errors = PyImport_ImportModule("binlogd.protocol.errors");
     if (errors == NULL)
         return NULL;
     EventDecodeError = PyObject_GetAttrString(errors, "EventDecodeError");

@@ -168,7 +168,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, .m_name = "protocol._skim",
+    PyModuleDef_HEAD_INIT, .m_name = "binlogd.protocol._skim",
     .m_doc = "The raw path's loops in C (protocol.skim.skim_run, BufferedPacketReader.next_ok_payloads).", .m_size = -1, .m_methods = methods,
 };
 

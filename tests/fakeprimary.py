@@ -54,7 +54,7 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol.gtid import MysqlGtidSet
+from binlogd.protocol.gtid import MysqlGtidSet
 
 MAX_CHUNK = 0xFFFFFF
 HEADER_LEN = 19

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from protocol.constants import LOG_EVENT_ARTIFICIAL_F, MAGIC
-from protocol.constants import EventType as ET
-from protocol.events import Event, RotateEvent
+from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F, MAGIC
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.events import Event, RotateEvent
 
 from .base import Sink, SinkError, close_all, fsync_dir, sync_all
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from protocol.errors import BinlogError
-from protocol.events import Event
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.events import Event
 
 
 class SinkError(BinlogError):

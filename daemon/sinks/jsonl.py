@@ -15,7 +15,7 @@ import re
 import time
 from pathlib import Path
 
-from protocol.serialize import dumps
+from binlogd.protocol.serialize import dumps
 
 from .base import Sink, SinkError, close_all, fsync_dir, sync_all
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from protocol.serialize import dumps
+from binlogd.protocol.serialize import dumps
 
 from .base import Sink, SinkError
 

@@ -18,11 +18,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-
-from protocol import events as E
-from protocol.errors import BinlogError, ChecksumError, EventDecodeError
-from protocol.gtid import MysqlGtidSet
-from protocol.reader import EventReader, iter_events
+from binlogd.protocol import events as E
+from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError
+from binlogd.protocol.gtid import MysqlGtidSet
+from binlogd.protocol.reader import EventReader, iter_events
 
 from . import manifest as M
 

@@ -15,12 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from binlogd.protocol import events as E
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.reader import iter_events
 
 from binlogd import filetools
 from binlogd.cli import main
-from protocol import events as E
-from protocol.errors import BinlogError
-from protocol.reader import iter_events
 
 from . import manifest as M
 

@@ -107,7 +107,7 @@ def test_entrypoint_and_healthcheck(instructions):
 
 def test_healthcheck_command_hits_healthz(instructions, tmp_path):
     """Run the HEALTHCHECK's own command against a real MetricsServer."""
-    from daemon.metrics import Metrics, MetricsServer
+    from binlogd.daemon.metrics import Metrics, MetricsServer
 
     cmd = [i for i in _final(instructions) if i.cmd == "HEALTHCHECK"][0]
     argv = json.loads(cmd.args.partition("CMD")[2])
@@ -136,7 +136,7 @@ def test_no_secrets_in_the_image(instructions):
 def test_read_only_root_writes_only_to_the_volume(instructions):
     """The runtime writes only under its VOLUME: the checkpoint and sink defaults are there, no
     bytecode is written, and the only directory the user owns is the volume."""
-    from daemon.config import load_config
+    from binlogd.daemon.config import load_config
 
     final = _final(instructions)
     volumes = [v for i in final if i.cmd == "VOLUME" for v in (i.json_args() or i.args.split())]
@@ -221,6 +221,7 @@ def test_the_build_stage_wheel_from_the_build_context(tmp_path):
     assert result.returncode == 0, result.stderr
     (wheel,) = out.glob("binlogd-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "daemon/service.py" in names and "protocol/decoder.py" in names
+    assert "binlogd/daemon/service.py" in names and "binlogd/protocol/decoder.py" in names
+    assert not any(n.startswith(("daemon/", "protocol/", "pipeline/")) for n in names)  # one namespace
     entry = [n for n in names if n.endswith("entry_points.txt")]
     assert "binlogd = binlogd.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()

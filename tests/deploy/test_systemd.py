@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from binlogd.daemon import systemd
+from binlogd.daemon.config import load_config
 
-from daemon import systemd
-from daemon.config import load_config
 from tests.deploy.helpers import DEPLOY, parse_unit, systemd_seconds, tool, unit_value
 
 UNIT = DEPLOY / "systemd" / "binlogd.service"
@@ -218,7 +218,7 @@ def test_notify_from_a_child_process(dgram_path):
     """The way systemd sees it: a separate process with NOTIFY_SOCKET in its environment."""
     sock, path = dgram_path
     env = {**os.environ, "NOTIFY_SOCKET": path}
-    code = "from daemon.systemd import notify; raise SystemExit(0 if notify('READY=1') else 1)"
+    code = "from binlogd.daemon.systemd import notify; raise SystemExit(0 if notify('READY=1') else 1)"
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=Path(__file__).resolve().parents[2],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

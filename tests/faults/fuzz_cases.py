@@ -24,14 +24,14 @@ import time
 import tracemalloc
 from contextlib import contextmanager
 
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError, TruncatedError
+from binlogd.protocol.events import FormatDescriptionEvent, TableMapEvent
+from binlogd.protocol.reader import EventReader, iter_events
+from binlogd.protocol.serialize import dumps, event_to_dict, flatten
 from hypothesis import strategies as st
 
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.errors import BinlogError, TruncatedError
-from protocol.events import FormatDescriptionEvent, TableMapEvent
-from protocol.reader import EventReader, iter_events
-from protocol.serialize import dumps, event_to_dict, flatten
 from tests.conftest import CORPUS
 from tests.faults.fuzz_mutations import MARIADB_COMPRESSED, aim_regions, mutate
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 
-from protocol.constants import EventType as ET
+from binlogd.protocol.constants import EventType as ET
 
 
 def packed_at(buf: bytes, pos: int) -> tuple[int, int]:

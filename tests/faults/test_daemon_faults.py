@@ -318,7 +318,7 @@ class LoggedDaemon(InProcessDaemon):
 
 
 def in_process_config(server, workdir: Path, **extra):
-    from daemon.config import load_config
+    from binlogd.daemon.config import load_config
 
     return load_config(None, env={}, overrides=base_overrides(server, workdir, **extra))
 
@@ -885,8 +885,8 @@ class _FaultyOs:
 def test_sink_write_and_fsync_failures_in_process(tmp_path, monkeypatch):
     import builtins
 
-    import daemon.sinks.base as base
-    import daemon.sinks.jsonl as jsonl
+    import binlogd.daemon.sinks.base as base
+    import binlogd.daemon.sinks.jsonl as jsonl
 
     faults = _Faults()
     monkeypatch.setattr(jsonl, "open", lambda *a, **k: _FaultyFile(builtins.open(*a, **k), faults), raising=False)
@@ -1173,8 +1173,8 @@ def test_tls_verify_identity_and_secrets(tmp_path):
         results["verify_ca + localhost"] = "streamed"
 
         # -- exceptions raised in-process (wrong CA; wrong password over TLS) and config reprs never hold it
-        from daemon.config import load_config
-        from daemon.source import SourceConnection
+        from binlogd.daemon.config import load_config
+        from binlogd.daemon.source import SourceConnection
 
         def attempt(**extra):
             cfg = load_config(None, env={"BINLOGD_SOURCE__PASSWORD": SECRET}, overrides=overrides(tmp_path / "x",

@@ -45,13 +45,13 @@ import time
 import zlib
 
 import pytest
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.reader import iter_events
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.errors import BinlogError
-from protocol.reader import iter_events
 from tests.faults import fuzz_soak
 from tests.faults.fuzz_cases import (
     ALL_FILES,

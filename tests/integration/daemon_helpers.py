@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
-from daemon.service import Daemon
+from binlogd.daemon.service import Daemon
 
 REPO = Path(__file__).resolve().parents[2]
 _SCRIPT = Path(sys.executable).parent / "binlogd"

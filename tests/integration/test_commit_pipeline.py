@@ -14,9 +14,9 @@ import asyncio
 import threading
 
 import pytest
+from binlogd.daemon import service
+from binlogd.daemon.sinks import SinkError
 
-from daemon import service
-from daemon.sinks import SinkError
 from tests.fakeprimary import FakePrimary
 from tests.integration.test_fake_primary import (
     F57,

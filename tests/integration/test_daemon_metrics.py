@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from binlogd.daemon.config import load_config
+from binlogd.daemon.service import EXIT_OK
 
 from binlogd.localserver import free_port
-from daemon.config import load_config
-from daemon.service import EXIT_OK
 from tests.integration.daemon_helpers import (
     InProcessDaemon,
     base_overrides,

@@ -25,11 +25,11 @@ import uuid
 from collections import Counter
 
 import pytest
+from binlogd.daemon.config import load_config
+from binlogd.daemon.service import EXIT_OK
+from binlogd.daemon.source import SourceConnection
+from binlogd.protocol.gtid import MysqlGtidSet
 
-from daemon.config import load_config
-from daemon.service import EXIT_OK
-from daemon.source import SourceConnection
-from protocol.gtid import MysqlGtidSet
 from tests.integration.daemon_helpers import (
     STREAMING,
     DaemonProcess,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from daemon.config import load_config
-from daemon.service import Daemon
+from binlogd.daemon.config import load_config
+from binlogd.daemon.service import Daemon
 
 
 def test_daemon_notifies_systemd(mariadb, tmp_path, monkeypatch):

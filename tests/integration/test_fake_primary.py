@@ -22,14 +22,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from binlogd.daemon.checkpoint import Checkpoint, CheckpointStore
+from binlogd.daemon.config import load_config
+from binlogd.daemon.position import Position
+from binlogd.daemon.service import Daemon
+from binlogd.protocol import events as E
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.gtid import MysqlGtidSet
 
-from daemon.checkpoint import Checkpoint, CheckpointStore
-from daemon.config import load_config
-from daemon.position import Position
-from daemon.service import Daemon
-from protocol import events as E
-from protocol.decoder import Decoder
-from protocol.gtid import MysqlGtidSet
 from tests.conftest import CORPUS
 from tests.fakeprimary import (
     GTID,
@@ -447,9 +447,8 @@ def test_checksum_none_primary(tmp_path):
 def test_fake_refuses_a_replica_that_does_not_announce_checksums():
     """Self-check of the fake (what makes the negotiation tests meaningful): no SET, no stream."""
     import aiomysql
-
-    from protocol.commands import com_binlog_dump_gtid, com_register_slave
-    from protocol.packet import PacketReader, encode_packet, parse_err
+    from binlogd.protocol.commands import com_binlog_dump_gtid, com_register_slave
+    from binlogd.protocol.packet import PacketReader, encode_packet, parse_err
 
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary:

@@ -331,8 +331,9 @@ class Scenario:
         hide what the other events say; errors outside row decoding propagate.
         """
         if self._decoded is None:
+            from binlogd.protocol.events import RowsEvent
+
             from binlogd.filetools import dump_events
-            from protocol.events import RowsEvent
 
             out = []
             for event in dump_events(self.file):

@@ -46,9 +46,8 @@ def spark(tmp_path_factory):
         pytest.skip(reason)
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from binlogd.pipeline.jobs import session
     from pyspark import SparkContext
-
-    from pipeline.jobs import session
 
     scratch = tmp_path_factory.mktemp("spark")
     session_ = session("binlogd-tests", "local[2]", {
@@ -97,10 +96,11 @@ def dump_json(path: str | os.PathLike) -> tuple[list[dict], str | None]:
 
 def reference_changes(path: str | os.PathLike) -> tuple[list[dict], str | None]:
     """Change events of a file (change_events over dump_events), and the error that ended it, if any."""
+    from binlogd.protocol import events as E
+    from binlogd.protocol.errors import BinlogError
+    from binlogd.protocol.serialize import change_events, flatten
+
     from binlogd.filetools import dump_events
-    from protocol import events as E
-    from protocol.errors import BinlogError
-    from protocol.serialize import change_events, flatten
 
     out, gtid = [], None
     try:

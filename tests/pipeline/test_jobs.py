@@ -1,4 +1,4 @@
-"""The jobs (``python -m pipeline index|changes``) and the executor zip.
+"""The jobs (``python -m binlogd.pipeline index|changes``) and the executor zip.
 
 - index: the Parquet rows equal ``binlogd info --json`` per file; a corrupt file fails the job with
   one line naming it and the offset, or is a row with ``_corrupt`` under --skip-corrupt;
@@ -6,7 +6,7 @@
   transaction order (file, pos, event_seq, row), all rows equal change_events;
 - changes from the daemon's JSON-lines sink (written here by ``daemon.sinks.jsonl.JsonLinesSink``
   itself, with an uncommitted tail): equal to the binlog path's output, tail left out;
-- ``python -m pipeline zip``: the executors' import path works from the zip alone.
+- ``python -m binlogd.pipeline zip``: the executors' import path works from the zip alone.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)
 
 import pyarrow.parquet as pq  # noqa: E402
-
-from pipeline.__main__ import build_zip, main  # noqa: E402
+from binlogd.pipeline.__main__ import build_zip, main  # noqa: E402
 
 ORDER = ("file", "pos", "event_seq", "row")
 FILES = ["mysql-binlog-connector-java/mysql-bin.checksum-crc32", "mysql-binlog-connector-rust/mysql-bin.000057",
@@ -79,7 +78,7 @@ def test_changes_job_from_binlogs(spark, corpus, tmp_path, capfd):
         assert keys == sorted(keys), (schema, table, date)      # transaction order inside the partition
     got = sorted((s, t, r["file"], r["pos"], r["event_seq"], r["row"], r["op"], r["after"])
                  for (s, t, _), rows in parts.items() for r in rows)
-    from protocol.serialize import dumps
+    from binlogd.protocol.serialize import dumps
 
     want = []
     for c in expected:
@@ -94,7 +93,7 @@ def test_changes_job_from_binlogs(spark, corpus, tmp_path, capfd):
 
 def test_changes_job_from_daemon_jsonl(spark, corpus, tmp_path):
     """The daemon's JSON lines give the same Parquet as the binlogs they came from; the uncommitted tail is out."""
-    from daemon.sinks.jsonl import JsonLinesSink
+    from binlogd.daemon.sinks.jsonl import JsonLinesSink
 
     paths = [str(corpus / f) for f in FILES[:3]]
     sink_dir = tmp_path / "jsonl"
@@ -129,8 +128,8 @@ def test_zip_for_executors(tmp_path):
     archive = build_zip(tmp_path / "binlogd-pipeline.zip")
     site = sysconfig.get_paths()["purelib"]
     code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-            "import pipeline.source, protocol.rowcodec, binlogd.filetools, daemon.position;"
-            "print(pipeline.source.__file__); print(pipeline.source.BinlogDataSource.name())")
+            "import binlogd.pipeline.source, binlogd.protocol.rowcodec, binlogd.filetools, binlogd.daemon.position;"
+            "print(binlogd.pipeline.source.__file__); print(binlogd.pipeline.source.BinlogDataSource.name())")
     result = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(archive), site],
                             capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -21,7 +21,7 @@ from .conftest import corpus_files, dump_json, reference_changes, spark_missing,
 if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)
 
-from protocol.serialize import dumps  # noqa: E402
+from binlogd.protocol.serialize import dumps  # noqa: E402
 
 COMMON = ("file", "pos", "next_pos", "timestamp", "type", "server_id")
 GTID_TYPES = {"GTID", "GTID_TAGGED", "MARIADB_GTID"}
@@ -227,8 +227,9 @@ def test_caller_schema_maps_before_after(spark, corpus):
 
 
 def test_index_shape_equals_info(spark, files):
+    from binlogd.protocol.errors import BinlogError
+
     from binlogd.filetools import info
-    from protocol.errors import BinlogError
 
     rows = {r["file"]: r for r in spark.read.format("binlog").option("shape", "index")
             .option("corruptFiles", "skip").load(files).collect()}

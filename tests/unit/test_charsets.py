@@ -5,8 +5,7 @@ from __future__ import annotations
 import codecs
 
 import pytest
-
-from protocol.charsets import COLLATIONS, PY_CODEC, charset_for_collation, codec_for_collation
+from binlogd.protocol.charsets import COLLATIONS, PY_CODEC, charset_for_collation, codec_for_collation
 
 KNOWN = {
     1: "big5",  # big5_chinese_ci

@@ -11,10 +11,10 @@ import textwrap
 import time
 
 import pytest
+from binlogd.daemon import checkpoint as checkpoint_mod
+from binlogd.daemon.checkpoint import FORMAT_VERSION, Checkpoint, CheckpointError, CheckpointStore
+from binlogd.daemon.position import Position
 
-from daemon import checkpoint as checkpoint_mod
-from daemon.checkpoint import FORMAT_VERSION, Checkpoint, CheckpointError, CheckpointStore
-from daemon.position import Position
 from tests.conftest import REPO
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -171,7 +171,7 @@ def test_lock_held_by_another_process_is_refused(tmp_path):
     holder = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from daemon.checkpoint import CheckpointStore
+        from binlogd.daemon.checkpoint import CheckpointStore
         store = CheckpointStore({str(path)!r})
         store.acquire()
         print("locked", flush=True)

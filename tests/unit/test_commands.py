@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from protocol.commands import (
+from binlogd.protocol.commands import (
     BINLOG_DUMP_NON_BLOCK,
     BINLOG_THROUGH_GTID,
     COM_BINLOG_DUMP,
@@ -19,8 +18,8 @@ from protocol.commands import (
     com_binlog_dump_gtid,
     com_register_slave,
 )
-from protocol.gtid import MysqlGtidSet
-from protocol.packet import PacketReader, encode_packet
+from binlogd.protocol.gtid import MysqlGtidSet
+from binlogd.protocol.packet import PacketReader, encode_packet
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
@@ -137,8 +136,8 @@ def test_command_framed_at_seq_zero_reads_back():
 def test_modules_stay_sans_io():
     root = Path(__file__).resolve().parents[2]
     code = (
-        "import sys; import protocol.gtid, protocol.packet, protocol.commands; "
-        "bad = {'asyncio', 'socket', 'pymysql', 'aiomysql', 'logging', 'daemon'} & set(sys.modules); "
+        "import sys; import binlogd.protocol.gtid, binlogd.protocol.packet, binlogd.protocol.commands; "
+        "bad = {'asyncio', 'socket', 'pymysql', 'aiomysql', 'logging', 'binlogd.daemon'} & set(sys.modules); "
         "print(sorted(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)

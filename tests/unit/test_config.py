@@ -10,8 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from daemon.config import (
+from binlogd.daemon.config import (
     Config,
     ConfigError,
     FilterConfig,
@@ -23,8 +22,8 @@ from daemon.config import (
     load_config,
     parse_start,
 )
-from protocol.errors import BinlogError
-from protocol.gtid import MariadbGtidList, MysqlGtidSet
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.gtid import MariadbGtidList, MysqlGtidSet
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"

@@ -6,12 +6,11 @@ import struct
 import zlib
 
 import pytest
-
-from protocol.constants import MAGIC
-from protocol.decoder import Decoder
-from protocol.errors import ChecksumError
-from protocol.events import FormatDescriptionEvent, QueryEvent, RotateEvent
-from protocol.reader import iter_events
+from binlogd.protocol.constants import MAGIC
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import ChecksumError
+from binlogd.protocol.events import FormatDescriptionEvent, QueryEvent, RotateEvent
+from binlogd.protocol.reader import iter_events
 
 
 def _event(version: int, type_code: int, body: bytes, pos: int, ts: int = 1000) -> bytes:

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
-from protocol import events as E
-from protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.errors import BinlogError, ChecksumError, EventDecodeError
+from binlogd.protocol import events as E
+from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError
 
 POS = 4219  # where every synthetic event "starts" (any offset; errors must name it)
 TS = 1_700_000_123

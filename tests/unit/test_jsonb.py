@@ -14,18 +14,17 @@ from decimal import Decimal, localcontext
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from protocol.errors import EventDecodeError, ProtocolError
-from protocol.jsonb import (
+from binlogd.protocol.errors import EventDecodeError, ProtocolError
+from binlogd.protocol.jsonb import (
     MAX_DEPTH,
     JsonDiff,
     decode_json,
     decode_json_diff,
 )
-from protocol.values import decimal_size as decimal_bin_size
-from protocol.values import decimal_text
+from binlogd.protocol.values import decimal_size as decimal_bin_size
+from binlogd.protocol.values import decimal_text
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 BINLOGS = Path("/work/shared/binlogs/rust_mysql_common")
 

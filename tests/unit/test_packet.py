@@ -9,11 +9,8 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from protocol.errors import ProtocolError, ServerError, TruncatedError
-from protocol.packet import (
+from binlogd.protocol.errors import ProtocolError, ServerError, TruncatedError
+from binlogd.protocol.packet import (
     DEFAULT_MAX_PACKET_SIZE,
     MAX_CHUNK,
     Packet,
@@ -24,6 +21,8 @@ from protocol.packet import (
     is_ok,
     parse_err,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def header(length: int, seq: int) -> bytes:

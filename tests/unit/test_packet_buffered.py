@@ -10,11 +10,10 @@ from __future__ import annotations
 import struct
 
 import pytest
+from binlogd.protocol.errors import ProtocolError, TruncatedError
+from binlogd.protocol.packet import MAX_CHUNK, BufferedPacketReader, PacketReader
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from protocol.errors import ProtocolError, TruncatedError
-from protocol.packet import MAX_CHUNK, BufferedPacketReader, PacketReader
 
 
 def header(length: int, seq: int) -> bytes:
@@ -191,7 +190,7 @@ def receive_ok_runs(reader: BufferedPacketReader, data: bytes, sizes, limit: int
 @given(st.lists(st.one_of(st.binary(max_size=600).map(lambda b: b"\x00" + b), st.binary(max_size=40)), max_size=25),
        st.lists(st.integers(1, 3000), min_size=1, max_size=5), st.integers(4, 4000), st.integers(1, 6))
 def test_ok_payload_runs_match_packet_by_packet(loop, payloads, sizes, buffer_size, limit):
-    import protocol.packet as P
+    import binlogd.protocol.packet as P
 
     if loop == "c" and P._ok_payloads_c is None:
         pytest.skip("the C loop is off (not built, or BINLOGD_PURE_PYTHON=1)")
@@ -208,7 +207,7 @@ def test_ok_payload_runs_match_packet_by_packet(loop, payloads, sizes, buffer_si
 
 @pytest.mark.parametrize("loop", ["c", "python"])
 def test_ok_payload_runs_stop_before_split_and_oversized_packets(loop, monkeypatch):
-    import protocol.packet as P
+    import binlogd.protocol.packet as P
 
     if loop == "python":
         monkeypatch.setattr(P, "_ok_payloads_c", None)

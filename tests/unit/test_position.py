@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from daemon.position import Position, PositionTracker
-from protocol import events as E
-from protocol.constants import LOG_EVENT_ARTIFICIAL_F
-from protocol.constants import EventType as ET
-from protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
-from protocol.reader import iter_events
-from protocol.rows import ROWS_TYPES
+from binlogd.daemon.position import Position, PositionTracker
+from binlogd.protocol import events as E
+from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
+from binlogd.protocol.reader import iter_events
+from binlogd.protocol.rows import ROWS_TYPES
 
 # --------------------------------------------------------------------------- corpus files
 

@@ -9,13 +9,12 @@ import threading
 import zlib
 
 import pytest
-
-from daemon.metrics import Metrics
-from daemon.service import _stream_pos
-from protocol import events as E
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.errors import ChecksumError, EventDecodeError, ProtocolError
+from binlogd.daemon.metrics import Metrics
+from binlogd.daemon.service import _stream_pos
+from binlogd.protocol import events as E
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import ChecksumError, EventDecodeError, ProtocolError
 
 
 def event(type_code: int, body: bytes, pos: int = 1000, crc: bool = True) -> bytes:
@@ -81,7 +80,8 @@ def test_metrics_flush_on_every_collection_and_from_threads():
 def test_rows_read_after_the_whole_file_equal_rows_read_at_once():
     """Rows events keep a view of their images and copy it when ``rows`` is first read: reading
     them after every later event was decoded gives what reading each one at once gives."""
-    from protocol.reader import iter_events
+    from binlogd.protocol.reader import iter_events
+
     from tests.conformance.manifest import data, entries_or_empty
 
     paths = [e.path for e in entries_or_empty() if e.path.endswith(tuple("0123456789"))][:40]
@@ -104,7 +104,8 @@ def test_rows_read_after_the_whole_file_equal_rows_read_at_once():
 
 
 def test_archive_flush_writes_and_sync_fsyncs_even_a_file_closed_by_a_rotate(corpus, tmp_path, monkeypatch):
-    from daemon.sinks.archive import ArchiveSink
+    from binlogd.daemon.sinks.archive import ArchiveSink
+
     from tests.unit.test_sinks import _fsync_recorder, artificial_rotate, feed_archive, stream
 
     first = (corpus / "canal/mysql-bin.000001").read_bytes()
@@ -124,8 +125,9 @@ def test_archive_flush_writes_and_sync_fsyncs_even_a_file_closed_by_a_rotate(cor
 
 
 def test_archive_event_run_writes_what_events_write(corpus, tmp_path):
-    from daemon.sinks.archive import ArchiveSink
-    from daemon.sinks.base import SinkError
+    from binlogd.daemon.sinks.archive import ArchiveSink
+    from binlogd.daemon.sinks.base import SinkError
+
     from tests.unit.test_sinks import artificial_rotate, stream
 
     data = (corpus / "canal/mysql-bin.000001").read_bytes()

@@ -19,14 +19,14 @@ import random
 import re
 
 import pytest
+from binlogd.protocol.constants import MAGIC
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError, EventDecodeError, ProtocolError, TruncatedError
+from binlogd.protocol.reader import EventReader, iter_events
+from binlogd.protocol.serialize import event_to_dict, flatten
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.constants import MAGIC
-from protocol.decoder import Decoder
-from protocol.errors import BinlogError, EventDecodeError, ProtocolError, TruncatedError
-from protocol.reader import EventReader, iter_events
-from protocol.serialize import event_to_dict, flatten
 from tests.conftest import CORPUS
 
 CORRUPT = "rust_mysql_common/corrupt-relay-bin.000624"

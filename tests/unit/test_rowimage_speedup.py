@@ -19,21 +19,21 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from binlogd.protocol import events as E
+from binlogd.protocol import rowcodec
+from binlogd.protocol import rows as R
+from binlogd.protocol import values as V
+from binlogd.protocol.constants import ColumnType as T
+from binlogd.protocol.errors import BinlogError, EventDecodeError
+from binlogd.protocol.reader import iter_events
+from binlogd.protocol.rowcodec import TableCodec
+from binlogd.protocol.tablemap import Column
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from protocol import events as E
-from protocol import rowcodec
-from protocol import rows as R
-from protocol import values as V
-from protocol.constants import ColumnType as T
-from protocol.errors import BinlogError, EventDecodeError
-from protocol.reader import iter_events
-from protocol.rowcodec import TableCodec
-from protocol.tablemap import Column
 from tests.conftest import CORPUS, REPO
 
-C = pytest.importorskip("protocol._rowimage", reason="the C extension is not built (pip install -e .)")
+C = pytest.importorskip("binlogd.protocol._rowimage", reason="the C extension is not built (pip install -e .)")
 
 CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".txt",
                                                                                           ".json", ".py"))
@@ -116,7 +116,7 @@ def test_mode_switch() -> None:
 
 
 def test_environment_turns_speedups_off() -> None:
-    code = "from protocol import rowcodec; print(rowcodec.speedups_enabled())"
+    code = "from binlogd.protocol import rowcodec; print(rowcodec.speedups_enabled())"
     env = dict(os.environ, BINLOGD_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -15,18 +15,17 @@ from types import SimpleNamespace
 
 import pymysql
 import pytest
-
-from daemon.schema import SchemaCache, is_ddl
-from daemon.sinks import SinkError, make_sink
-from daemon.sinks import jsonl as jsonl_mod
-from daemon.sinks.archive import ArchiveSink
-from daemon.sinks.jsonl import JsonLinesSink
-from daemon.sinks.stdout import StdoutSink
-from protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_BINLOG_IN_USE_F
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.reader import iter_events
-from protocol.tablemap import TableSchema
+from binlogd.daemon.schema import SchemaCache, is_ddl
+from binlogd.daemon.sinks import SinkError, make_sink
+from binlogd.daemon.sinks import jsonl as jsonl_mod
+from binlogd.daemon.sinks.archive import ArchiveSink
+from binlogd.daemon.sinks.jsonl import JsonLinesSink
+from binlogd.daemon.sinks.stdout import StdoutSink
+from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_BINLOG_IN_USE_F
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.reader import iter_events
+from binlogd.protocol.tablemap import TableSchema
 
 
 def change(i: int, table: str = "t") -> dict:
@@ -395,7 +394,7 @@ def heartbeat(name: str, pos: int, crc: bool, tc: int = ET.HEARTBEAT) -> tuple[b
     if tc == ET.HEARTBEAT:
         event = Decoder(checksum_alg=1 if crc else 0).decode(raw)
     else:
-        from protocol.events import EventHeader, HeartbeatEvent
+        from binlogd.protocol.events import EventHeader, HeartbeatEvent
         event = HeartbeatEvent(EventHeader(0, tc, 1, length, pos, 0, 0), name, pos)
     assert event.header.type_code == tc and event.header.next_position == pos
     return raw, event

@@ -11,16 +11,16 @@ import struct
 import zlib
 
 import pytest
+from binlogd.protocol import events as E
+from binlogd.protocol import skim
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError
+from binlogd.protocol.reader import event_bounds
+from binlogd.protocol.rows import ROWS_TYPES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import events as E
-from protocol import skim
-from protocol.constants import EventType as ET
-from protocol.decoder import Decoder
-from protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError
-from protocol.reader import event_bounds
-from protocol.rows import ROWS_TYPES
 from tests.conftest import CORPUS
 
 SKIMMED = ROWS_TYPES | {ET.TABLE_MAP, ET.ANNOTATE_ROWS, ET.ROWS_QUERY}
