@@ -26,9 +26,7 @@ import pytest
 
 from binlogd.localserver import LocalServer
 from binlogd.serverbins import find_binaries
-
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "binlogs"
+from tests.support.paths import CORPUS
 
 _SERVER_FIXTURES = {"mariadb", "mariadb_minimal", "fresh_db", "mysql84"}
 

@@ -23,7 +23,7 @@ from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.reader import EventReader, iter_events
 
-from . import manifest as M
+from tests.support import manifest as M
 
 ENTRIES = M.entries_or_empty()
 BY_PATH = {e.path: e for e in ENTRIES}

@@ -21,8 +21,7 @@ from binlogd.protocol.reader import iter_events
 
 from binlogd import filetools
 from binlogd.cli import main
-
-from . import manifest as M
+from tests.support import manifest as M
 
 ENTRIES = M.entries_or_empty()
 BY_PATH = {e.path: e for e in ENTRIES}

@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from tests.deploy.helpers import REPO, dockerignore_excludes, parse_dockerfile, tool
+from tests.support.deploy import REPO, dockerignore_excludes, parse_dockerfile, tool
 
 DOCKERFILE = REPO / "Dockerfile"
 BUILD_TOOLS = {"gcc", "g++", "cc", "clang", "make", "cmake", "build-essential", "git", "curl", "wget",

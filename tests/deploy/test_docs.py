@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.deploy.helpers import DEPLOY, REPO
+from tests.support.deploy import DEPLOY, REPO
 
 
 def _anchor(heading: str) -> str:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.deploy.helpers import DEPLOY, PROMQL_FUNCTIONS, exported_metrics, promql_names
+from tests.support.deploy import DEPLOY, PROMQL_FUNCTIONS, exported_metrics, promql_names
 
 DASHBOARD = DEPLOY / "grafana" / "binlogd-dashboard.json"
 TARGET_LABELS = {"instance", "job"}

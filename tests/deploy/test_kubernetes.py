@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from binlogd.daemon.config import load_config
 
-from tests.deploy.helpers import DEPLOY, need_yaml, render_kustomization, tool, yaml_docs
+from tests.support.deploy import DEPLOY, need_yaml, render_kustomization, tool, yaml_docs
 
 BASE = DEPLOY / "kubernetes"
 OVERLAY = DEPLOY / "overlays" / "example"

@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from tests.deploy.helpers import (
+from tests.support.deploy import (
     DEPLOY,
     PROMQL_FUNCTIONS,
     exported_metrics,

@@ -18,7 +18,7 @@ import pytest
 from binlogd.daemon import systemd
 from binlogd.daemon.config import load_config
 
-from tests.deploy.helpers import DEPLOY, parse_unit, systemd_seconds, tool, unit_value
+from tests.support.deploy import DEPLOY, parse_unit, systemd_seconds, tool, unit_value
 
 UNIT = DEPLOY / "systemd" / "binlogd.service"
 ENV_EXAMPLE = DEPLOY / "systemd" / "binlogd.env.example"

@@ -33,7 +33,7 @@ The cases, mutations and guards live in fuzz_cases.py and fuzz_mutations.py. Eve
 1,000,000) from seeded random generators on every core, through fuzz_soak.py::
 
     BINLOGD_FUZZ_EXAMPLES=1000000 .venv/bin/pytest tests/faults/test_fuzz_decoder.py --runslow -m slow -q -s
-    .venv/bin/python -m tests.faults.fuzz_soak --cases 1000000          # the same, with progress lines
+    .venv/bin/python -m tests.support.fuzz_soak --cases 1000000          # the same, with progress lines
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from binlogd.protocol.reader import iter_events
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.faults import fuzz_soak
-from tests.faults.fuzz_cases import (
+from tests.support import fuzz_soak
+from tests.support.fuzz_cases import (
     ALL_FILES,
     DEADLINE_MS,
     FOLLOWING,
@@ -74,7 +74,7 @@ from tests.faults.fuzz_cases import (
     run_event_case,
     touch,
 )
-from tests.faults.fuzz_mutations import MARIADB_COMPRESSED, build_payload, packed
+from tests.support.fuzz_mutations import MARIADB_COMPRESSED, build_payload, packed
 
 FAST_EXAMPLES = 300
 SLOW_EXAMPLES = int(os.environ.get("BINLOGD_FUZZ_EXAMPLES", "1000000"))
@@ -355,3 +355,23 @@ def test_guard_stops_a_runaway_allocation(already_tracing):
         assert tracemalloc.is_tracing() == already_tracing
     finally:
         tracemalloc.stop()
+
+
+# =========================================================================== 5. bad input (found by the fuzz run)
+
+
+def test_fuzz_found_zstd_frame_size_is_bounded(corpus):
+    """Found by the one-million-case run of ``test_damaged_file_same_through_both_readers_slow``
+    (pinned here).
+
+    Bit 7 of byte 273 of ``mysql-bin.compressed`` is bit 7 of the zstd Frame_Header_Descriptor inside
+    the TRANSACTION_PAYLOAD at 236. Flipped, the frame declares a 4-byte content size read from the
+    bytes that follow (0xa6000dbc, 2.6 GB). The payload's own uncompressed-size field still says 960.
+    The decoder must fail with its own error, without allocating what a corrupt header claims.
+    """
+    from tests.support.fuzz_cases import run_damaged_case
+
+    run_damaged_case("mysql-binlog-connector-java/mysql-bin.compressed", ((273, 128),), 0)
+
+
+

@@ -17,8 +17,8 @@ import pytest
 from binlogd.daemon import service
 from binlogd.daemon.sinks import SinkError
 
-from tests.fakeprimary import FakePrimary
-from tests.integration.test_fake_primary import (
+from tests.support.fakeprimary import FakePrimary
+from tests.support.fakeprimary_daemon import (
     F57,
     FENUM,
     PASSWORD,

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from binlogd.localserver import LocalServer
-from tests.integration.daemon_helpers import base_overrides, running_daemon, wait_caught_up
+from tests.support.daemon import base_overrides, running_daemon, wait_caught_up
 
 pytestmark = pytest.mark.server
 

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from binlogd.localserver import LocalServer
-from tests.integration.daemon_helpers import LOG_LINE, base_overrides, run_to_exit, running_daemon
+from tests.support.daemon import LOG_LINE, base_overrides, run_to_exit, running_daemon
 
 pytestmark = pytest.mark.server
 

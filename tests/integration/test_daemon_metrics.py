@@ -15,7 +15,7 @@ from binlogd.daemon.config import load_config
 from binlogd.daemon.service import EXIT_OK
 
 from binlogd.localserver import free_port
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     InProcessDaemon,
     base_overrides,
     master_status,

@@ -14,7 +14,7 @@ Those tests rely on ``tls.mode = required`` meaning TLS; the last test checks th
 ``mariadb`` (built without TLS, ``have_ssl = DISABLED``; skipped where it offers TLS): the daemon must
 refuse to stream in plain text.
 
-Only :mod:`daemon_helpers` functions that take the server as an argument are used; the waits here read
+Only :mod:`tests.support.daemon` functions that take the server as an argument are used; the waits here read
 ``SHOW BINARY LOG STATUS`` themselves (``wait_caught_up`` uses ``SHOW MASTER STATUS``).
 """
 
@@ -30,7 +30,7 @@ from binlogd.daemon.service import EXIT_OK
 from binlogd.daemon.source import SourceConnection
 from binlogd.protocol.gtid import MysqlGtidSet
 
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     STREAMING,
     DaemonProcess,
     assert_sink_matches,
@@ -39,7 +39,7 @@ from tests.integration.daemon_helpers import (
     read_checkpoint,
     replay,
 )
-from tests.integration.daemon_helpers import InProcessDaemon as InProcess
+from tests.support.daemon import InProcessDaemon as InProcess
 
 pytestmark = pytest.mark.server
 

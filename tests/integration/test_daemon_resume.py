@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from binlogd.localserver import LocalServer
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     assert_sink_matches,
     base_overrides,
     read_changes,

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from binlogd.filetools import dump_events
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     assert_sink_matches,
     base_overrides,
     check_change_shape,

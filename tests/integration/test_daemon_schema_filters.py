@@ -26,7 +26,7 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     assert_sink_matches,
     base_overrides,
     master_status,

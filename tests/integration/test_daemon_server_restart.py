@@ -17,7 +17,7 @@ import pymysql
 import pytest
 
 from binlogd.localserver import LocalServer, free_port
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     DaemonProcess,
     assert_sink_matches,
     base_overrides,

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from binlogd.localserver import LocalServer
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     DaemonProcess,
     assert_sink_matches,
     base_overrides,

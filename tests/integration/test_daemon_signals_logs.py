@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.integration.daemon_helpers import (
+from tests.support.daemon import (
     LOG_LINE,
     DaemonProcess,
     base_overrides,

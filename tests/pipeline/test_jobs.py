@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import reference_changes, spark_missing
+from tests.support.spark import reference_changes, spark_missing
 
 if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import pytest
 
-from .conftest import corpus_files, dump_json, reference_changes, spark_missing, spark_rows_by_file
+from tests.support.spark import corpus_files, dump_json, reference_changes, spark_missing, spark_rows_by_file
 
 if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)

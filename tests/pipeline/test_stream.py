@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import dump_json, reference_changes, spark_missing
+from tests.support.spark import dump_json, reference_changes, spark_missing
 
 if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)

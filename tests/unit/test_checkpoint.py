@@ -15,7 +15,7 @@ from binlogd.daemon import checkpoint as checkpoint_mod
 from binlogd.daemon.checkpoint import FORMAT_VERSION, Checkpoint, CheckpointError, CheckpointStore
 from binlogd.daemon.position import Position
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 

@@ -82,7 +82,7 @@ def test_rows_read_after_the_whole_file_equal_rows_read_at_once():
     them after every later event was decoded gives what reading each one at once gives."""
     from binlogd.protocol.reader import iter_events
 
-    from tests.conformance.manifest import data, entries_or_empty
+    from tests.support.manifest import data, entries_or_empty
 
     paths = [e.path for e in entries_or_empty() if e.path.endswith(tuple("0123456789"))][:40]
     if not paths:
@@ -106,7 +106,7 @@ def test_rows_read_after_the_whole_file_equal_rows_read_at_once():
 def test_archive_flush_writes_and_sync_fsyncs_even_a_file_closed_by_a_rotate(corpus, tmp_path, monkeypatch):
     from binlogd.daemon.sinks.archive import ArchiveSink
 
-    from tests.unit.test_sinks import _fsync_recorder, artificial_rotate, feed_archive, stream
+    from tests.support.sinks import _fsync_recorder, artificial_rotate, feed_archive, stream
 
     first = (corpus / "canal/mysql-bin.000001").read_bytes()
     second = (corpus / "canal/mysql-bin.000002").read_bytes()
@@ -128,7 +128,7 @@ def test_archive_event_run_writes_what_events_write(corpus, tmp_path):
     from binlogd.daemon.sinks.archive import ArchiveSink
     from binlogd.daemon.sinks.base import SinkError
 
-    from tests.unit.test_sinks import artificial_rotate, stream
+    from tests.support.sinks import artificial_rotate, stream
 
     data = (corpus / "canal/mysql-bin.000001").read_bytes()
     items = stream(data)

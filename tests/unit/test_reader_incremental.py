@@ -27,7 +27,7 @@ from binlogd.protocol.serialize import event_to_dict, flatten
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS
+from tests.support.paths import CORPUS
 
 CORRUPT = "rust_mysql_common/corrupt-relay-bin.000624"
 CORRUPT_OFFSET = 91204

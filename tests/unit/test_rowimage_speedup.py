@@ -31,7 +31,7 @@ from binlogd.protocol.tablemap import Column
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS, REPO
+from tests.support.paths import CORPUS, REPO
 
 C = pytest.importorskip("binlogd.protocol._rowimage", reason="the C extension is not built (pip install -e .)")
 
@@ -149,13 +149,13 @@ def test_corpus_has_rows() -> None:
 
 def test_mariadb_every_type_identical(request) -> None:
     """The every-type table of test_row_values (both metadata modes) decodes identically."""
-    from tests.integration import test_row_values as RV
+    from tests.support import every_type as RV
 
     for fixture in ("mariadb", "mariadb_minimal"):
         server = request.getfixturevalue(fixture)
         if server.flavor != "mariadb":
             pytest.skip("the every-type table is MariaDB's")
-        sc = RV._run_scenario(server, minimal=fixture == "mariadb_minimal")
+        sc = RV.run_scenario(server, minimal=fixture == "mariadb_minimal")
         try:
             data = sc.file.read_bytes()
             rowcodec.use_speedups(False)

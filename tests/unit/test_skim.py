@@ -21,7 +21,7 @@ from binlogd.protocol.rows import ROWS_TYPES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS
+from tests.support.paths import CORPUS
 
 SKIMMED = ROWS_TYPES | {ET.TABLE_MAP, ET.ANNOTATE_ROWS, ET.ROWS_QUERY}
 LOOPS = [False] + ([True] if skim.C is not None else [])

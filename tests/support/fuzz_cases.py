@@ -1,7 +1,7 @@
 """Fuzz cases for the decoder: corpus events, mutations, generators, guards and the case runners.
 
 Shared by the hypothesis tests (tests/faults/test_fuzz_decoder.py) and the soak runner
-(tests/faults/fuzz_soak.py). A case is a plain tuple, so a failing one can be pasted into an
+(tests/support/fuzz_soak.py). A case is a plain tuple, so a failing one can be pasted into an
 ``@example`` or a ``PINNED_*`` list:
 
 * event case ``(file, event index, ops)``: :func:`run_event_case` primes a real :class:`Decoder` with
@@ -32,8 +32,8 @@ from binlogd.protocol.reader import EventReader, iter_events
 from binlogd.protocol.serialize import dumps, event_to_dict, flatten
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS
-from tests.faults.fuzz_mutations import MARIADB_COMPRESSED, aim_regions, mutate
+from tests.support.fuzz_mutations import MARIADB_COMPRESSED, aim_regions, mutate
+from tests.support.paths import CORPUS
 
 DEADLINE_MS = 2000
 WATCHDOG_S = 5
@@ -155,7 +155,7 @@ def primed_decoder(name: str, index: int, rows: bool = True) -> Decoder:
 #
 # The generators are plain functions over a Source, so the same cases come from hypothesis (which
 # shrinks a failure to a minimal case) in the test suite, and from random.Random in the soak runner
-# (tests/faults/fuzz_soak.py), which is ~10x faster per case and runs the million-case soak.
+# (tests/support/fuzz_soak.py), which is ~10x faster per case and runs the million-case soak.
 
 
 class Source:

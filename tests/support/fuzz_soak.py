@@ -1,9 +1,9 @@
 """The long fuzz soak: the fuzzer's three properties over many random cases, in parallel.
 
-    .venv/bin/python -m tests.faults.fuzz_soak --cases 1000000 [--property event|cut|damaged|all]
+    .venv/bin/python -m tests.support.fuzz_soak --cases 1000000 [--property event|cut|damaged|all]
                                                [--jobs N] [--seed S]
 
-The cases come from the same generators as the hypothesis tests (tests/faults/fuzz_cases.py), drawn
+The cases come from the same generators as the hypothesis tests (tests/support/fuzz_cases.py), drawn
 from ``random.Random(f"{S}:{property}:{i}")`` instead of hypothesis, which is an order of magnitude
 cheaper per case. Case ``i`` is reproduced with ``--seed S --only i``; a failure prints the case tuple
 to pin in test_fuzz_decoder.py. Each case runs under the same guards (5 s hang watchdog, 64 MB heap
@@ -23,7 +23,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from tests.faults.fuzz_cases import (
+from tests.support.fuzz_cases import (
     ALL_FILES,
     DEADLINE_MS,
     SMALL_FILES,
@@ -162,7 +162,7 @@ def _progress_printer(cases: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.fuzz_soak", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.support.fuzz_soak", description=__doc__.split("\n")[0])
     parser.add_argument("--cases", type=int, default=1_000_000, help="cases per property (default 1000000)")
     parser.add_argument("--property", choices=PROPERTIES + ("all",), default="all")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

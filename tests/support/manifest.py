@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from tests.conftest import CORPUS
+from tests.support.paths import CORPUS
 
 MANIFEST = CORPUS / "MANIFEST.md"
 

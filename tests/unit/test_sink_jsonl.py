@@ -1,0 +1,320 @@
+"""The JSON-lines sink: commits, offsets, rotation, truncation on reopen, fsync and a full disk."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from binlogd.daemon.sinks import SinkError
+from binlogd.daemon.sinks import jsonl as jsonl_mod
+from binlogd.daemon.sinks.jsonl import JsonLinesSink
+
+from tests.support.sinks import (
+    _fsync_recorder,
+    change,
+    files,
+    lines,
+)
+
+
+@pytest.fixture
+def out(tmp_path) -> Path:
+    return tmp_path / "changes"
+
+
+def open_sink(directory: Path, state=None, **kw) -> JsonLinesSink:
+    kw.setdefault("max_file_seconds", 0)
+    sink = JsonLinesSink(directory, **kw)
+    sink.open(state)
+    return sink
+
+
+def test_changes_then_commit_returns_file_and_offset(out):
+    sink = open_sink(out)
+    for i in range(3):
+        sink.change(change(i))
+    state = sink.commit()
+    path = out / "changes-000001.jsonl"
+    assert state == {"file": "changes-000001.jsonl", "offset": path.stat().st_size}
+    assert lines(path) == [change(i) for i in range(3)]
+    sink.change(change(3))
+    state2 = sink.commit()
+    assert state2["file"] == "changes-000001.jsonl" and state2["offset"] == path.stat().st_size > state["offset"]
+    sink.close()
+    assert lines(path) == [change(i) for i in range(4)]
+
+
+def test_empty_commit_keeps_the_offset(out):
+    sink = open_sink(out)
+    assert sink.commit() == {"file": "changes-000001.jsonl", "offset": 0}
+    sink.change(change(1))
+    first = sink.commit()
+    assert sink.commit() == first
+    sink.close()
+
+
+def test_uncommitted_tail_is_truncated_on_reopen(out):
+    """Exactly once after a crash: what was written after the checkpointed state disappears."""
+    sink = open_sink(out)
+    for i in range(2):
+        sink.change(change(i))
+    state = sink.commit()
+    for i in range(2, 5):  # a transaction in progress when the daemon dies
+        sink.change(change(i))
+    sink.close()  # its bytes did reach the file
+    path = out / state["file"]
+    assert path.stat().st_size > state["offset"]
+
+    again = open_sink(out, state)
+    assert path.stat().st_size == state["offset"]
+    for i in range(2, 5):  # the transaction is read again and written again
+        again.change(change(i))
+    again.commit()
+    again.close()
+    assert lines(path) == [change(i) for i in range(5)]
+
+
+def test_sink_ahead_of_checkpoint_after_rotation_is_rolled_back(out):
+    """Crash between sink commit (which rotated) and checkpoint save: reopen at the older state."""
+    sink = open_sink(out, max_file_bytes=200)
+    sink.change(change(0))
+    saved = sink.commit()  # this one reached the checkpoint
+    assert saved["file"] == "changes-000001.jsonl"
+    for i in range(1, 4):
+        sink.change(change(i))
+    ahead = sink.commit()  # durable in the sink, but the checkpoint save never happened
+    assert ahead == {"file": "changes-000002.jsonl", "offset": 0}
+    sink.close()
+    assert files(out) == ["changes-000001.jsonl", "changes-000002.jsonl"]
+
+    again = open_sink(out, saved, max_file_bytes=200)
+    assert files(out) == ["changes-000001.jsonl"]
+    for i in range(1, 4):
+        again.change(change(i))
+    again.commit()
+    again.close()
+    assert lines(out / "changes-000001.jsonl") == [change(i) for i in range(4)]
+
+
+def test_rotation_by_size_happens_only_at_commit(out):
+    sink = open_sink(out, max_file_bytes=300)
+    for i in range(10):  # far more than 300 bytes, in one transaction
+        sink.change(change(i))
+        assert files(out) == ["changes-000001.jsonl"]
+    state = sink.commit()
+    assert state == {"file": "changes-000002.jsonl", "offset": 0}
+    assert files(out) == ["changes-000001.jsonl", "changes-000002.jsonl"]
+    assert lines(out / "changes-000001.jsonl") == [change(i) for i in range(10)]  # the transaction is whole
+    assert (out / "changes-000002.jsonl").stat().st_size == 0
+    sink.change(change(10))
+    state = sink.commit()
+    assert state["file"] == "changes-000002.jsonl" and 0 < state["offset"] < 300
+    sink.close()
+    assert lines(out / "changes-000002.jsonl") == [change(10)]
+
+
+def test_no_rotation_below_the_limit_or_with_zero_limit(out):
+    sink = open_sink(out, max_file_bytes=0)
+    for i in range(50):
+        sink.change(change(i))
+        assert sink.commit()["file"] == "changes-000001.jsonl"
+    sink.close()
+    assert files(out) == ["changes-000001.jsonl"]
+
+
+def test_rotation_by_age_happens_at_commit(out, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(jsonl_mod.time, "monotonic", lambda: clock[0])
+    sink = open_sink(out, max_file_bytes=0, max_file_seconds=60)
+    sink.change(change(0))
+    assert sink.commit()["file"] == "changes-000001.jsonl"
+    clock[0] += 61
+    sink.change(change(1))
+    assert files(out) == ["changes-000001.jsonl"]
+    assert sink.commit() == {"file": "changes-000002.jsonl", "offset": 0}
+    sink.close()
+    assert lines(out / "changes-000001.jsonl") == [change(0), change(1)]
+
+
+def test_later_files_beyond_the_checkpoint_are_deleted_on_open(out):
+    out.mkdir()
+    for i, text in ((1, b'{"a":1}\n{"a":2}\n'), (2, b'{"a":3}\n'), (3, b'{"a":4}\n'), (12, b"")):
+        (out / f"changes-{i:06d}.jsonl").write_bytes(text)
+    (out / "notes.txt").write_text("keep me")
+    (out / "changes-1.jsonl").write_text("not ours")
+    sink = open_sink(out, {"file": "changes-000001.jsonl", "offset": 8})
+    sink.close()
+    assert files(out) == ["changes-000001.jsonl", "changes-1.jsonl", "notes.txt"]
+    assert (out / "changes-000001.jsonl").read_bytes() == b'{"a":1}\n'
+
+
+def test_earlier_files_are_kept_on_open(out):
+    out.mkdir()
+    (out / "changes-000001.jsonl").write_bytes(b'{"a":1}\n')
+    (out / "changes-000002.jsonl").write_bytes(b'{"a":2}\n{"a":3}\n')
+    sink = open_sink(out, {"file": "changes-000002.jsonl", "offset": 8})
+    sink.change({"a": 4})
+    assert sink.commit() == {"file": "changes-000002.jsonl", "offset": 16}
+    sink.close()
+    assert (out / "changes-000001.jsonl").read_bytes() == b'{"a":1}\n'
+    assert (out / "changes-000002.jsonl").read_bytes() == b'{"a":2}\n{"a":4}\n'
+
+
+@pytest.mark.parametrize("content", [b"", b'{"a":1}\n'])
+def test_state_beyond_the_file_size_is_an_error(out, content):
+    out.mkdir()
+    (out / "changes-000003.jsonl").write_bytes(content)
+    sink = JsonLinesSink(out)
+    with pytest.raises(SinkError, match="changes-000003.jsonl"):
+        sink.open({"file": "changes-000003.jsonl", "offset": 100})
+    assert (out / "changes-000003.jsonl").read_bytes() == content  # nothing touched
+
+
+def test_state_naming_a_missing_file_with_data_is_an_error(out):
+    out.mkdir()
+    with pytest.raises(SinkError):
+        JsonLinesSink(out).open({"file": "changes-000005.jsonl", "offset": 10})
+
+
+def test_state_with_a_foreign_file_name_is_a_sink_error(out):
+    with pytest.raises(SinkError):
+        JsonLinesSink(out).open({"file": "mysql-bin.000001", "offset": 0})
+
+
+def test_no_state_with_existing_files_starts_after_the_highest(out):
+    out.mkdir()
+    for i in (1, 2, 7):
+        (out / f"changes-{i:06d}.jsonl").write_bytes(b'{"old":%d}\n' % i)
+    sink = open_sink(out)
+    sink.change(change(0))
+    assert sink.commit()["file"] == "changes-000008.jsonl"
+    sink.close()
+    for i in (1, 2, 7):  # nothing old is lost
+        assert (out / f"changes-{i:06d}.jsonl").read_bytes() == b'{"old":%d}\n' % i
+
+
+def test_commit_fsyncs_the_file(out, monkeypatch):
+    sink = open_sink(out)
+    calls = _fsync_recorder(monkeypatch)
+    sink.change(change(0))
+    assert calls == []  # writing is not committing
+    sink.commit()
+    st = (out / "changes-000001.jsonl").stat()
+    assert (st.st_dev, st.st_ino, False) in calls
+    sink.close()
+
+
+def test_new_file_fsyncs_the_directory(out, monkeypatch):
+    out.mkdir()
+    calls = _fsync_recorder(monkeypatch)
+    sink = open_sink(out, max_file_bytes=10)
+    st = out.stat()
+    assert (st.st_dev, st.st_ino, True) in calls
+    calls.clear()
+    sink.change(change(0))
+    sink.commit()  # rotates: a new file, so the directory again
+    assert (st.st_dev, st.st_ino, True) in calls
+    sink.close()
+
+
+def test_fsync_false_never_fsyncs(out, monkeypatch):
+    calls = _fsync_recorder(monkeypatch)
+    sink = open_sink(out, fsync=False, max_file_bytes=10)
+    sink.change(change(0))
+    sink.commit()
+    sink.close()
+    assert calls == []
+
+
+class _DiskFull:
+    """Wraps a file object; its write (or flush) fails with ENOSPC once ``full`` is set."""
+
+    full = {"write": False, "flush": False}
+
+    def __init__(self, fh):
+        self._fh = fh
+
+    def write(self, data):
+        if self.full["write"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self._fh.write(data)
+
+    def flush(self):
+        if self.full["flush"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self._fh.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._fh.close()
+        return False
+
+
+@pytest.fixture
+def disk(monkeypatch):
+    full = {"write": False, "flush": False}
+    monkeypatch.setattr(_DiskFull, "full", full)
+    monkeypatch.setattr(jsonl_mod, "open", lambda *a, **kw: _DiskFull(open(*a, **kw)), raising=False)
+    return full
+
+
+def test_disk_full_on_write_is_a_sink_error(out, disk):
+    sink = open_sink(out)
+    sink.change(change(0))
+    state = sink.commit()
+    disk["write"] = True
+    with pytest.raises(SinkError, match="No space left on device") as info:
+        sink.change(change(1))
+    assert "changes-000001.jsonl" in str(info.value)
+    sink.close()
+    disk["write"] = False
+    again = open_sink(out, state)  # what the daemon does after a SinkError
+    again.close()
+    assert lines(out / "changes-000001.jsonl") == [change(0)]
+
+
+def test_disk_full_on_commit_is_a_sink_error(out, disk):
+    sink = open_sink(out)
+    sink.change(change(0))
+    state = sink.commit()
+    sink.change(change(1))
+    disk["flush"] = True
+    with pytest.raises(SinkError, match="No space left on device"):
+        sink.commit()
+    disk["flush"] = False
+    sink.close()
+    again = open_sink(out, state)
+    again.close()
+    assert lines(out / "changes-000001.jsonl") == [change(0)]
+
+
+def test_failing_fsync_is_a_sink_error(out, monkeypatch):
+    sink = open_sink(out)
+    sink.change(change(0))
+
+    def eio(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", eio)
+    with pytest.raises(SinkError, match="Input/output error"):
+        sink.commit()
+    monkeypatch.undo()
+    sink.close()
+
+
+def test_unusable_directory_is_a_sink_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SinkError):
+        JsonLinesSink(blocker / "changes").open(None)
+
+
+# =========================================================================== archive
+
