@@ -31,7 +31,8 @@ from binlogd.protocol.serialize import change_events
 
 from . import systemd
 from .checkpoint import Checkpoint, CheckpointError, CheckpointStore
-from .metrics import Metrics, MetricsServer
+from .http import MetricsServer
+from .metrics import Metrics
 from .position import Position, PositionTracker
 from .schema import SchemaCache, is_ddl
 from .sinks import SinkError, make_sink
