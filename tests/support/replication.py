@@ -1,0 +1,137 @@
+"""A MariaDB primary and a GTID replica, both throwaway :class:`LocalServer` s, for the failover tests.
+
+Both servers log row events with ``log_slave_updates`` and ``gtid_strict_mode=ON``; the replica follows the
+primary with ``CHANGE MASTER TO … MASTER_USE_GTID=slave_pos`` and is read-only. A :class:`Pair` knows which
+server is the primary *now*; every method works on the current roles::
+
+    with Pair() as pair:
+        pair.primary.sql("CREATE DATABASE d")
+        pair.wait_replica()          # the replica has everything the primary logged
+        pair.primary.kill()          # a crash
+        pair.promote()               # STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only=OFF; roles swap
+
+Methods: :meth:`Pair.wait_replica` (catch up to the primary, or to a given GTID list), :meth:`Pair.promote`
+(the replica becomes the primary; the old one is left as it is: dead, or to be re-pointed), :meth:`Pair.switchover`
+(planned: old primary read-only, replica caught up and promoted, old primary a replica of the new one),
+:meth:`Pair.diverge` (the replica's IO thread stops: what the primary commits next never reaches it),
+:meth:`Pair.follow` (make a server a replica of the current primary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from binlogd.localserver import LocalServer
+
+ROW_ARGS = ("--binlog-row-metadata=FULL", "--gtid-strict-mode=ON", "--log-slave-updates")
+
+
+def gtid_pos(server: LocalServer) -> str:
+    """``@@global.gtid_binlog_pos`` of ``server``: one GTID per domain of what its binlog holds."""
+    return str(server.sql("SELECT @@global.gtid_binlog_pos")[0][0] or "")
+
+
+class Pair:
+    """A MariaDB primary (server id 1) and its GTID replica (server id 2), started on free ports.
+
+    Fields:
+        servers: both :class:`LocalServer` s, in start order (the first primary first).
+        primary, replica: the servers in their current roles (swapped by :meth:`promote`).
+
+    Raises (from the constructor's :meth:`start`): RuntimeError when a server does not start or the
+    replica does not connect.
+    """
+
+    def __init__(self, extra_args: tuple[str, ...] = ()) -> None:
+        self.servers = [LocalServer(extra_args=[*ROW_ARGS, f"--server-id={i}", *extra_args]) for i in (1, 2)]
+        self.primary, self.replica = self.servers
+
+    def start(self) -> Pair:
+        """Start both servers and replication; the replica is read-only."""
+        for server in self.servers:
+            server.start()
+        self.replica.sql("SET GLOBAL read_only = ON")
+        self.follow(self.replica)
+        return self
+
+    def cleanup(self) -> None:
+        """Stop both servers and remove their directories."""
+        for server in self.servers:
+            server.cleanup()
+
+    def __enter__(self) -> Pair:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+    # ------------------------------------------------------------------ roles
+    def follow(self, server: LocalServer, timeout: float = 30.0) -> None:
+        """Make ``server`` a GTID replica of the current primary and wait until both threads run.
+
+        A server that has logged transactions of its own (an old primary) starts from its binlog's GTID
+        position, so it asks the new primary only for what it lacks.
+        """
+        p = self.primary
+        server.sql("STOP SLAVE")
+        server.sql("SET GLOBAL gtid_slave_pos = @@global.gtid_binlog_pos")
+        server.sql(f"CHANGE MASTER TO MASTER_HOST='{p.host}', MASTER_PORT={p.port}, MASTER_USER='{p.repl_user}', "
+                   f"MASTER_PASSWORD='{p.repl_password}', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1")
+        server.sql("START SLAVE")
+        deadline = time.monotonic() + timeout
+        while True:
+            status = slave_status(server)
+            if status.get("Slave_IO_Running") == "Yes" and status.get("Slave_SQL_Running") == "Yes":
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"replica {server.port} did not start replicating from {p.port}: "
+                                   f"IO {status.get('Last_IO_Error')!r}, SQL {status.get('Last_SQL_Error')!r}")
+            time.sleep(0.05)
+
+    def wait_replica(self, gtids: str | None = None, timeout: float = 60.0) -> None:
+        """Wait until the replica has applied ``gtids`` (a MariaDB GTID list; default: everything the
+        primary has logged). Raises AssertionError naming both positions on timeout."""
+        target = gtid_pos(self.primary) if gtids is None else gtids
+        waited = self.replica.sql(f"SELECT MASTER_GTID_WAIT('{target}', {timeout:g})", timeout=timeout + 30)[0][0]
+        if int(waited) != 0:
+            raise AssertionError(f"replica at {gtid_pos(self.replica)!r}, not {target!r}, after {timeout:g}s; "
+                                 f"IO error {slave_status(self.replica).get('Last_IO_Error')!r}")
+
+    def promote(self) -> LocalServer:
+        """The replica stops replicating and becomes the writable primary (``STOP SLAVE; RESET SLAVE ALL;
+        SET GLOBAL read_only=OFF``); the roles swap. Returns the new primary."""
+        new = self.replica
+        new.sql("STOP SLAVE")
+        new.sql("RESET SLAVE ALL")
+        new.sql("SET GLOBAL read_only = OFF")
+        self.primary, self.replica = new, self.primary
+        return new
+
+    def switchover(self, between=None) -> LocalServer:
+        """A planned switchover: the primary turns read-only, the replica catches up and is promoted, then
+        the old primary becomes a replica of the new one (read-only). ``between()``, when given, runs after
+        the promotion and before the old primary is re-pointed. Returns the new primary."""
+        self.primary.sql("SET GLOBAL read_only = ON")
+        self.wait_replica()
+        new = self.promote()
+        if between is not None:
+            between()
+        self.follow(self.replica)
+        return new
+
+    def diverge(self) -> None:
+        """Stop the replica's IO thread: whatever the primary commits from now on never reaches it."""
+        self.replica.sql("STOP SLAVE IO_THREAD")
+
+
+def slave_status(server: LocalServer) -> dict:
+    """``SHOW SLAVE STATUS`` of ``server`` as a dict ({} when it is no replica)."""
+    with contextlib.closing(server.connect()) as conn, conn.cursor() as cur:
+        cur.execute("SHOW SLAVE STATUS")
+        row = cur.fetchone()
+        return dict(zip([d[0] for d in cur.description], row)) if row else {}
