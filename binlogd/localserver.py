@@ -12,12 +12,13 @@ with REPLICATION SLAVE, REPLICATION CLIENT and SELECT. The initialised data dire
 tables and users, no binary logs) is built once per server version and copied for every new
 server, so a start costs about a second.
 
-The server binary is chosen by :mod:`binlogd.serverbins`.
+The server binary is the machine's (chosen by :mod:`binlogd.serverbins`) unless ``binaries=`` names
+another installation, e.g. ``ServerBinaries.from_root(path)`` for a server unpacked from packages.
+Failures raise :class:`binlogd.serverbins.ServerSetupError` (a BinlogError and a RuntimeError).
 """
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import hashlib
 import os
@@ -25,14 +26,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from binlogd.serverbins import ServerBinaries, ensure_installed
+from binlogd._children import forget, spawn
+from binlogd.serverbins import ServerBinaries, ServerSetupError, require_binaries
 
 __all__ = ["LocalServer", "free_port"]
 
@@ -87,67 +87,6 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-# --------------------------------------------------------------------------- processes
-
-
-_live: set[subprocess.Popen] = set()
-_live_lock = threading.Lock()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    with _live_lock:
-        procs = list(_live)
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-def _pdeathsig_hook():
-    """A preexec_fn asking the kernel to SIGKILL the server when we die (Linux), or None.
-
-    Resolved in the parent: the child between fork and exec must not import anything.
-    """
-    if sys.platform != "linux":
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except Exception:
-        return None
-
-    def hook() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no orphaned servers if the test run crashes
-
-    return hook
-
-
-def _spawn(cmd: list[str], log: Path) -> subprocess.Popen:
-    # PR_SET_PDEATHSIG fires when the spawning *thread* exits, so only use it from the main thread.
-    main = threading.current_thread() is threading.main_thread()
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_pdeathsig_hook() if main else None,
-        )
-    with _live_lock:
-        _live.add(proc)
-    return proc
-
-
-def _forget(proc: subprocess.Popen) -> None:
-    with _live_lock:
-        _live.discard(proc)
-
-
 def _run_sql(
     bins: ServerBinaries,
     statement: str,
@@ -182,8 +121,8 @@ def _run_sql(
         finally:
             conn.close()
     if bins.client is None:
-        raise RuntimeError("neither PyMySQL nor the mariadb/mysql client is available")
-    cmd = [str(bins.client), "--no-defaults", "-N", "-B", f"--user={user}"]
+        raise ServerSetupError("neither PyMySQL nor the mariadb/mysql client is available")
+    cmd = [*bins.command(bins.client), "--no-defaults", "-N", "-B", f"--user={user}"]
     if password:
         cmd.append(f"--password={password}")
     if unix_socket is not None:
@@ -195,7 +134,7 @@ def _run_sql(
     cmd += ["-e", statement]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"SQL failed: {statement!r}: {proc.stderr.strip()}")
+        raise ServerSetupError(f"SQL failed: {statement!r}: {proc.stderr.strip()}")
     return [
         tuple(None if v == "NULL" else v for v in line.split("\t"))
         for line in proc.stdout.splitlines()
@@ -228,7 +167,8 @@ def _common_options(basedir: Path) -> list[str]:
 
 def _base_args(bins: ServerBinaries, datadir: Path, basedir: Path) -> list[str]:
     # --no-defaults first: never read /etc/mysql/my.cnf, we are not the system server
-    return [str(bins.server), "--no-defaults", f"--datadir={datadir}", *_common_options(basedir)]
+    return [*bins.command(bins.server), "--no-defaults", *bins.server_args, f"--datadir={datadir}",
+            *_common_options(basedir)]
 
 
 def _template_dir(bins: ServerBinaries, init_args: Sequence[str]) -> Path:
@@ -269,10 +209,11 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
     base = _base_args(bins, datadir, build)
     if bins.flavor == "mariadb":
         if bins.install_db is None:
-            raise RuntimeError("mariadb-install-db not found (install mariadb-server)")
+            raise ServerSetupError("mariadb-install-db not found (install mariadb-server)")
         cmd = [
             str(bins.install_db),
             "--no-defaults",
+            *bins.install_args,
             f"--datadir={datadir}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
@@ -285,7 +226,7 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
     with open(log, "wb") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=300)
     if proc.returncode != 0:
-        raise RuntimeError(
+        raise ServerSetupError(
             f"initialising the datadir failed ({proc.returncode}): {' '.join(cmd)}\n{_tail(log)}"
         )
     # Start once without networking or binary log to create the users, then shut down cleanly.
@@ -293,12 +234,12 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
     err = build / "init-error.log"
     cmd = [*base, *init_args, "--skip-networking", f"--socket={sock}", "--skip-log-bin",
            f"--pid-file={build / 'init.pid'}", f"--log-error={err}"]
-    proc = _spawn(cmd, build / "init-stdout.log")
+    proc = spawn(cmd, build / "init-stdout.log")
     try:
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(
+                raise ServerSetupError(
                     f"template server exited with {proc.returncode}: {' '.join(cmd)}\n{_tail(err)}"
                 )
             if sock.exists():
@@ -308,7 +249,7 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
                 except Exception:
                     pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"template server not ready in {READY_TIMEOUT}s\n{_tail(err)}")
+                raise ServerSetupError(f"template server not ready in {READY_TIMEOUT}s\n{_tail(err)}")
             time.sleep(0.05)
         for stmt in _SETUP_SQL:
             if bins.flavor == "mysql" and "global_priv" in stmt:
@@ -320,7 +261,7 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        _forget(proc)
+        forget(proc)
         if sockdir is not None:
             shutil.rmtree(sockdir, ignore_errors=True)
     for leftover in ("ibtmp1", "init.pid"):
@@ -336,6 +277,7 @@ class LocalServer:
     ``start()`` / ``stop()`` (clean shutdown) / ``kill()`` (SIGKILL) / ``restart()`` keep the data
     and the port; ``cleanup()`` removes a temp basedir; ``with LocalServer() as s`` does start on
     enter and stop + cleanup on exit. ``extra_args`` come after the defaults, so they override them.
+    ``binaries`` is the installation to run (default: the machine's, :func:`binlogd.serverbins.require_binaries`).
     """
 
     host = "127.0.0.1"
@@ -350,6 +292,7 @@ class LocalServer:
         port: int | None = None,
         extra_args: Sequence[str] = (),
         binlog_basename: str = "binlog",
+        binaries: ServerBinaries | None = None,
     ) -> None:
         self._own_basedir = basedir is None
         self.basedir = Path(tempfile.mkdtemp(prefix="binlogd-srv-")) if basedir is None else Path(basedir).resolve()
@@ -362,7 +305,7 @@ class LocalServer:
         self.error_log = self.basedir / "error.log"
         self.pid_file = self.basedir / "mysqld.pid"
         self.socket, self._socket_dir = _short_socket_path(self.basedir / "mysqld.sock")
-        self._bins: ServerBinaries | None = None
+        self._bins = binaries
         self._proc: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
 
@@ -371,7 +314,7 @@ class LocalServer:
     @property
     def binaries(self) -> ServerBinaries:
         if self._bins is None:
-            self._bins = ensure_installed()
+            self._bins = require_binaries()
         return self._bins
 
     @property
@@ -471,7 +414,7 @@ class LocalServer:
                 break
             except _PortInUse:
                 if self._fixed_port or attempt == 2:
-                    raise RuntimeError(
+                    raise ServerSetupError(
                         f"port {self.port} is in use; server log:\n{_tail(self.error_log)}"
                     ) from None
                 self.port = free_port()
@@ -483,20 +426,20 @@ class LocalServer:
         self.pid_file.unlink(missing_ok=True)
         log_offset = self.error_log.stat().st_size if self.error_log.exists() else 0
         cmd = self.server_args()
-        self._proc = _spawn(cmd, self.basedir / "stdout.log")
+        self._proc = spawn(cmd, self.basedir / "stdout.log")
         deadline = time.monotonic() + timeout
         last_error: Exception | None = None
         while True:
             if self._proc.poll() is not None:
                 rc = self._proc.returncode
-                _forget(self._proc)
+                forget(self._proc)
                 self._proc = None
                 tail = _tail(self.error_log)
                 new = (self.error_log.read_bytes()[log_offset:].decode(errors="replace")
                        if self.error_log.exists() else "")
                 if not self._fixed_port and ("Address already in use" in new or "Bind on TCP/IP port" in new):
                     raise _PortInUse()
-                raise RuntimeError(
+                raise ServerSetupError(
                     f"{self.flavor} server exited with code {rc} during startup\n"
                     f"command: {' '.join(cmd)}\n--- tail of {self.error_log} ---\n{tail}"
                 )
@@ -507,7 +450,7 @@ class LocalServer:
                 last_error = exc
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(
+                raise ServerSetupError(
                     f"{self.flavor} server on port {self.port} not ready after {timeout:.0f}s "
                     f"(last error: {last_error})\ncommand: {' '.join(cmd)}\n"
                     f"--- tail of {self.error_log} ---\n{_tail(self.error_log)}"
@@ -526,7 +469,7 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        _forget(proc)
+        forget(proc)
         self._proc = None
 
     def kill(self) -> None:
@@ -537,7 +480,7 @@ class LocalServer:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        _forget(proc)
+        forget(proc)
         self._proc = None
 
     def restart(self, timeout: float = READY_TIMEOUT) -> "LocalServer":
@@ -609,9 +552,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int)
     ap.add_argument("--basedir", type=Path)
+    ap.add_argument("--root", type=Path, help="run the server unpacked (dpkg -x) into this directory")
     ap.add_argument("extra", nargs="*", help="extra server options (after --)")
     ns = ap.parse_args(argv)
-    with LocalServer(basedir=ns.basedir, port=ns.port, extra_args=ns.extra) as srv:
+    bins = ServerBinaries.from_root(ns.root) if ns.root else None
+    with LocalServer(basedir=ns.basedir, port=ns.port, extra_args=ns.extra, binaries=bins) as srv:
         print(f"{srv.flavor} {srv.version} on {srv.host}:{srv.port} (socket {srv.socket}), "
               f"binlogs in {srv.binlog_dir}; started in {srv.startup_seconds:.2f}s; Ctrl-C stops it",
               flush=True)

@@ -1,7 +1,10 @@
-"""The MariaDB (or MySQL) server installation the throwaway servers run: finding it, and installing it.
+"""The MariaDB (or MySQL) server installation a throwaway server runs: finding it, never installing it.
 
-MariaDB is preferred; MySQL's ``mysqld`` is used only when no MariaDB server binary is found.
-``BINLOGD_MYSQLD=/path/to/mariadbd`` forces a binary.
+:func:`find_binaries` looks for the machine's server: MariaDB first, MySQL's ``mysqld`` only when no
+MariaDB server binary is found; ``BINLOGD_MYSQLD=/path/to/mariadbd`` forces a binary.
+:meth:`ServerBinaries.from_root` runs a server unpacked from Debian packages into a directory
+(``dpkg -x``), through that root's own glibc loader, so it works on a machine with an older glibc.
+Nothing here installs software: when no server is found, :func:`require_binaries` says what to install.
 """
 
 from __future__ import annotations
@@ -10,34 +13,125 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ServerBinaries", "ensure_installed", "find_binaries"]
+from binlogd.protocol.decoder import version_tuple
+from binlogd.protocol.errors import BinlogError
+
+__all__ = ["ServerBinaries", "ServerNotFound", "ServerSetupError", "find_binaries", "require_binaries"]
 
 _SEARCH_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/mysql/bin")
+# The programs mariadb-install-db runs from its --basedir: <basedir>/<path>.
+_INSTALL_DB_PROGRAMS = ("bin/my_print_defaults", "bin/resolveip", "bin/mariadb", "sbin/mariadbd")
+
+
+class ServerSetupError(BinlogError, RuntimeError):
+    """A throwaway server could not be found, initialised or started; the message says why."""
+
+
+class ServerNotFound(ServerSetupError):
+    """No usable server installation; the message says what to install or what is broken."""
 
 
 class ServerBinaries:
-    """Paths and identity of the server installation that will be used."""
+    """Paths and identity of the server installation that will be used.
 
-    def __init__(self, server: Path, client: Path | None, install_db: Path | None) -> None:
+    Fields:
+        server: the mariadbd/mysqld binary.
+        client: the mariadb/mysql command-line client, or None.
+        install_db: mariadb-install-db, or None (MySQL initialises with ``--initialize-insecure``).
+        loader: the command prefix that runs a binary of this installation ([] for the machine's own;
+            ``[ld.so, --library-path, dirs]`` for an unpacked root).
+        server_args: options every start of this server needs (an unpacked root's ``--basedir``).
+        install_args: options mariadb-install-db needs (an unpacked root's wrapper ``--basedir``).
+        version: the version from ``--version``, e.g. "10.11.19-MariaDB-0+deb12u1".
+        flavor: "mariadb" or "mysql".
+
+    Raises:
+        ServerNotFound: the server binary does not run.
+    """
+
+    def __init__(self, server: Path, client: Path | None, install_db: Path | None, *,
+                 loader: Sequence[str] = (), server_args: Sequence[str] = (),
+                 install_args: Sequence[str] = ()) -> None:
         self.server = server
         self.client = client
         self.install_db = install_db
-        out = subprocess.run(
-            [str(server), "--version"], capture_output=True, text=True, timeout=30
-        ).stdout
-        m = re.search(r"Ver\s+(\S+)", out)
-        self.version: str = m.group(1) if m else out.strip()
-        self.flavor: str = "mariadb" if "mariadb" in out.lower() else "mysql"
+        self.loader = list(loader)
+        self.server_args = list(server_args)
+        self.install_args = list(install_args)
+        try:
+            proc = subprocess.run(self.command(server) + ["--version"], capture_output=True, text=True,
+                                  timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServerNotFound(f"{server} --version failed: {exc}") from None
+        m = re.search(r"Ver\s+(\S+)", proc.stdout)
+        if proc.returncode != 0 or m is None:
+            raise ServerNotFound(f"{server} --version failed ({proc.returncode}): "
+                                 f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+        self.version: str = m.group(1)
+        self.flavor: str = "mariadb" if "mariadb" in proc.stdout.lower() else "mysql"
+
+    @classmethod
+    def from_root(cls, root: Path) -> ServerBinaries:
+        """A MariaDB server unpacked with ``dpkg -x`` into ``root``, run through the root's glibc loader.
+
+        ``root`` holds ``usr/sbin/mariadbd``, ``usr/bin/mariadb-install-db``, the client and the
+        shared libraries it needs, glibc included. mariadb-install-db runs the programs it finds under
+        its ``--basedir``; ``root/binlogd-wrappers`` holds small scripts there that run each through
+        the loader (written on first use).
+
+        Raises:
+            ServerNotFound: no mariadbd or glibc loader under ``root``, or the server does not run.
+        """
+        root = Path(root).resolve()
+        loaders = sorted(root.glob("usr/lib/*-linux-gnu/ld-linux*.so.*"))
+        server = root / "usr/sbin/mariadbd"
+        if not loaders or not server.exists():
+            raise ServerNotFound(f"{root} holds no unpacked MariaDB server (usr/sbin/mariadbd and "
+                                 "usr/lib/<triplet>/ld-linux*.so.* are needed)")
+        triplet = loaders[0].parent.name
+        libs = f"{root}/usr/lib/{triplet}:{root}/lib/{triplet}"
+        loader = [str(loaders[0]), "--library-path", libs]
+        wrappers = root / "binlogd-wrappers"
+        _write_wrappers(root, wrappers, loader)
+        return cls(server, root / "usr/bin/mariadb", root / "usr/bin/mariadb-install-db", loader=loader,
+                   server_args=[f"--basedir={root / 'usr'}"], install_args=[f"--basedir={wrappers}"])
+
+    def command(self, program: Path) -> list[str]:
+        """The argv prefix that runs ``program`` of this installation."""
+        return [*self.loader, str(program)]
 
     @property
-    def version_tuple(self) -> tuple[int, ...]:
-        m = re.match(r"(\d+)\.(\d+)\.(\d+)", self.version)
-        return tuple(int(x) for x in m.groups()) if m else ()
+    def version_tuple(self) -> tuple[int, int, int]:
+        """(major, minor, patch) of :attr:`version`; (0, 0, 0) when it has none."""
+        return version_tuple(self.version)
 
     def __repr__(self) -> str:
         return f"ServerBinaries({self.flavor} {self.version} at {self.server})"
+
+
+def _write_wrappers(root: Path, wrappers: Path, loader: list[str]) -> None:
+    """Scripts under ``wrappers`` that run ``root/usr/<program>`` through ``loader``, plus the
+    ``share`` and ``lib`` links mariadb-install-db reads; rewritten only when they differ."""
+    for sub in ("bin", "sbin"):
+        (wrappers / sub).mkdir(parents=True, exist_ok=True)
+    for name in ("share", "lib"):
+        link, target = wrappers / name, root / "usr" / name
+        if not link.is_symlink() or link.readlink() != target:
+            tmp = wrappers / f"{name}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(target)
+            tmp.replace(link)
+    for program in _INSTALL_DB_PROGRAMS:
+        text = "#!/bin/sh\nexec " + " ".join(f"'{a}'" for a in [*loader, str(root / "usr" / program)]) + ' "$@"\n'
+        path = wrappers / program
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            tmp.replace(path)
 
 
 def _which(*names: str) -> Path | None:
@@ -50,7 +144,11 @@ def _which(*names: str) -> Path | None:
 
 
 def find_binaries() -> ServerBinaries | None:
-    """The server to use (MariaDB first), or None if no server binary is installed."""
+    """The machine's server (MariaDB first, or ``BINLOGD_MYSQLD``), or None if no server binary is installed.
+
+    Raises:
+        ServerNotFound: a server binary exists but does not run.
+    """
     forced = os.environ.get("BINLOGD_MYSQLD")
     if forced:
         server = Path(forced)
@@ -60,43 +158,24 @@ def find_binaries() -> ServerBinaries | None:
             server = _which("mysqld")  # may itself be MariaDB (older packages, symlinks)
     if server is None or not server.exists():
         return None
-    client = _which("mariadb", "mysql")
-    install_db = _which("mariadb-install-db", "mysql_install_db")
-    bins = ServerBinaries(server, client, install_db)
+    bins = ServerBinaries(server, _which("mariadb", "mysql"), _which("mariadb-install-db", "mysql_install_db"))
     if bins.flavor == "mysql":
-        install_db = None  # MySQL initialises with `mysqld --initialize-insecure`
-        bins.install_db = None
+        bins.install_db = None  # MySQL initialises with `mysqld --initialize-insecure`
         bins.client = _which("mysql", "mariadb")
     return bins
 
 
-def ensure_installed() -> ServerBinaries:
-    """Return the server binaries, installing MariaDB with apt-get first if none is found.
+def require_binaries() -> ServerBinaries:
+    """The machine's server binaries.
 
-    Installing is done only when running as root on a system with apt-get; otherwise a
-    RuntimeError says what to install.
+    Raises:
+        ServerNotFound: none is installed (the message says what to install), or it does not run.
     """
     bins = find_binaries()
-    if bins is not None:
-        return bins
-    hint = (
-        "no MariaDB/MySQL server binary found (looked for mariadbd and mysqld in PATH and "
-        f"{', '.join(_SEARCH_DIRS)}). Install one, e.g. `apt-get install -y mariadb-server "
-        "mariadb-client`, or point BINLOGD_MYSQLD at a mariadbd/mysqld binary."
-    )
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError(hint)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", "mariadb-server", "mariadb-client"],
-    ):
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"{hint}\n`{' '.join(cmd)}` failed ({proc.returncode}):\n{proc.stderr[-2000:]}"
-            )
-    bins = find_binaries()
     if bins is None:
-        raise RuntimeError(f"{hint}\n(apt-get install succeeded but mariadbd is still missing)")
+        raise ServerNotFound(
+            "no MariaDB/MySQL server binary found (looked for mariadbd and mysqld in PATH and "
+            f"{', '.join(_SEARCH_DIRS)}). Install one, e.g. `apt-get install -y mariadb-server "
+            "mariadb-client`, or point BINLOGD_MYSQLD at a mariadbd/mysqld binary."
+        )
     return bins

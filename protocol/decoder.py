@@ -24,6 +24,7 @@ from .rows import ROWS_TYPES, decode_rows, undecoded_rows
 from .skim import SkimRun, skim_run
 from .tablemap import TableSchema, apply_schema, decode_table_map
 
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _FDE_FIXED = 2 + 50 + 4 + 1  # binlog version, server version, create timestamp, header length
 _MAX_UNCOMPRESSED = 1 << 32
 
@@ -48,10 +49,9 @@ _OLD_TYPE_NUMBERS_INV = {v: k for k, v in _OLD_TYPE_NUMBERS.items()}
 
 
 def _renumbered_tree(version: str, n_types: int) -> bool:
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if n_types != 22 or not m:
+    if n_types != 22:
         return False
-    v = tuple(int(x) for x in m.groups())
+    v = version_tuple(version)
     return (5, 1, 0) <= v <= (5, 1, 15) or version.startswith(("5.2.2-a_drop5p", "5.2.2-a_drop6p"))
 
 
@@ -69,13 +69,16 @@ _ROW_CONTEXT = frozenset({ET.TABLE_MAP, ET.ANNOTATE_ROWS, ET.ROWS_QUERY})
 SchemaSource = Callable[[str, str], "TableSchema | None"]
 
 
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a server version string such as "10.11.19-MariaDB-log"; (0, 0, 0) when it
+    does not start with one. The one parser of version strings: FDEs, ``SELECT VERSION()``, ``--version``."""
+    m = _VERSION.match(version)
+    return (int(m[1]), int(m[2]), int(m[3])) if m else (0, 0, 0)
+
+
 def server_has_checksums(version: str) -> bool:
     """True when a server of this version writes the checksum algorithm into its FDE (MySQL 5.6.1+, MariaDB 5.3+)."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if not m:
-        return False
-    v = tuple(int(x) for x in m.groups())
-    return v >= ((5, 3, 0) if "mariadb" in version.lower() else (5, 6, 1))
+    return version_tuple(version) >= ((5, 3, 0) if "mariadb" in version.lower() else (5, 6, 1))
 
 
 def _zstd_bounded(data: bytes, size: int) -> bytes:

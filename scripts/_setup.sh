@@ -1,5 +1,6 @@
 # Shared setup for scripts/test and scripts/demo (sourced, not run).
-# Leaves the caller in the repo root with .venv ready and a MariaDB (or MySQL) server binary installed.
+# Leaves the caller in the repo root with .venv ready, a MariaDB (or MySQL) server binary installed
+# and MariaDB 11.8 unpacked into ~/.cache/binlogd (scripts/fetch-mariadb).
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,6 +32,9 @@ if ! _have_server; then
         echo "or set BINLOGD_MYSQLD to a mariadbd/mysqld binary; server tests will be skipped otherwise" >&2
     fi
 fi
+
+# MariaDB 11.8, the suite's second real server (downloaded once into ~/.cache/binlogd; never installed).
+scripts/fetch-mariadb >&2 || echo "the MariaDB 11.8 tests will be skipped with the reason above" >&2
 
 # promtool checks the Prometheus alert rules (deploy/prometheus); Debian ships it in "prometheus".
 if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

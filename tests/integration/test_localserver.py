@@ -78,8 +78,8 @@ def test_fresh_db_is_empty_and_usable(mariadb: LocalServer, fresh_db: str) -> No
     assert mariadb.sql("SELECT id FROM t", database=fresh_db) == [(1,)]
 
 
-def test_kill_and_restart_keep_data_and_port(tmp_path) -> None:
-    server = LocalServer(basedir=tmp_path / "srv")
+def test_kill_and_restart_keep_data_and_port(tmp_path, server_binaries) -> None:
+    server = LocalServer(basedir=tmp_path / "srv", binaries=server_binaries)
     with server:
         port = server.port
         server.sql("CREATE DATABASE d")
@@ -109,16 +109,16 @@ def test_kill_and_restart_keep_data_and_port(tmp_path) -> None:
     assert not server.running
 
 
-def test_context_manager_removes_its_temp_dir() -> None:
-    with LocalServer() as server:
+def test_context_manager_removes_its_temp_dir(server_binaries) -> None:
+    with LocalServer(binaries=server_binaries) as server:
         basedir = server.basedir
         assert server.sql("SELECT 1") == [(1,)]
         assert server.startup_seconds is not None and server.startup_seconds < 60
     assert not basedir.exists()
 
 
-def test_startup_failure_reports_the_error_log() -> None:
-    server = LocalServer(extra_args=["--no-such-option-binlogd-test"])
+def test_startup_failure_reports_the_error_log(server_binaries) -> None:
+    server = LocalServer(extra_args=["--no-such-option-binlogd-test"], binaries=server_binaries)
     try:
         with pytest.raises(RuntimeError) as info:
             server.start()
@@ -135,3 +135,23 @@ def test_minimal_server_compresses_and_has_minimal_metadata(mariadb_minimal: Loc
     if mariadb_minimal.flavor == "mariadb":
         assert v["log_bin_compress"] == "ON"
         assert v["log_bin_compress_min_len"] == "10"
+
+
+def test_runs_the_server_it_was_given(mariadb: LocalServer, server_binaries) -> None:
+    """The fixture's server is the installation it names: 11.8 from the unpacked root, the machine's otherwise."""
+    version = mariadb.sql("SELECT VERSION()")[0][0]
+    assert version.startswith(".".join(map(str, server_binaries.version_tuple)))
+    assert mariadb.version == server_binaries.version
+    basedir = mariadb.sql("SELECT @@basedir")[0][0]
+    if server_binaries.loader:  # an unpacked root: its own basedir (messages, charsets, plugins)
+        assert basedir.rstrip("/") == str(server_binaries.server.parents[1])
+        assert mariadb.version_tuple[:2] == (11, 8)
+        # 11.4+ logs end_log_pos 0 inside transactions: the reason this server is in the suite
+        assert mariadb.sql("SELECT @@binlog_legacy_event_pos")[0][0] == 0
+
+
+def test_from_root_names_a_root_without_a_server(tmp_path) -> None:
+    from binlogd.serverbins import ServerBinaries, ServerNotFound
+
+    with pytest.raises(ServerNotFound, match="holds no unpacked MariaDB server"):
+        ServerBinaries.from_root(tmp_path)
