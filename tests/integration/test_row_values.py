@@ -55,7 +55,7 @@ from tests.support.every_type import (
 pytestmark = pytest.mark.server
 
 @pytest.fixture(scope="module", params=["mariadb", "mariadb_minimal"])
-def scenario(request):
+def scenario(request, server_binaries):
     server = request.getfixturevalue(request.param)
     if server.flavor != "mariadb":
         pytest.skip("this table and its expectations are MariaDB's (JSON as LONGTEXT, log_bin_compress)")

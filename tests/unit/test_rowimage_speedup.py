@@ -147,7 +147,7 @@ def test_corpus_has_rows() -> None:
                and r[1][0] == "ok") > 1000
 
 
-def test_mariadb_every_type_identical(request) -> None:
+def test_mariadb_every_type_identical(request, server_binaries) -> None:
     """The every-type table of test_row_values (both metadata modes) decodes identically."""
     from tests.support import every_type as RV
 
