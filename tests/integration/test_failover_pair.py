@@ -14,8 +14,8 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture
-def pair():
-    with Pair() as p:
+def pair(server_binaries):
+    with Pair(server_binaries) as p:
         p.primary.sql("CREATE DATABASE r")
         p.primary.sql("CREATE TABLE r.t (id INT PRIMARY KEY, v INT)")
         yield p

@@ -4,7 +4,7 @@ Both servers log row events with ``log_slave_updates`` and ``gtid_strict_mode=ON
 primary with ``CHANGE MASTER TO … MASTER_USE_GTID=slave_pos`` and is read-only. A :class:`Pair` knows which
 server is the primary *now*; every method works on the current roles::
 
-    with Pair() as pair:
+    with Pair(server_binaries) as pair:
         pair.primary.sql("CREATE DATABASE d")
         pair.wait_replica()          # the replica has everything the primary logged
         pair.primary.kill()          # a crash
@@ -23,6 +23,7 @@ import contextlib
 import time
 
 from binlogd.localserver import LocalServer
+from binlogd.serverbins import ServerBinaries
 
 ROW_ARGS = ("--binlog-row-metadata=FULL", "--gtid-strict-mode=ON", "--log-slave-updates")
 
@@ -35,6 +36,11 @@ def gtid_pos(server: LocalServer) -> str:
 class Pair:
     """A MariaDB primary (server id 1) and its GTID replica (server id 2), started on free ports.
 
+    Args:
+        binaries: the server installation both run (the ``server_binaries`` fixture: 10.11 or 11.8);
+            None: the machine's.
+        extra_args: more server options for both.
+
     Fields:
         servers: both :class:`LocalServer` s, in start order (the first primary first).
         primary, replica: the servers in their current roles (swapped by :meth:`promote`).
@@ -43,8 +49,9 @@ class Pair:
     replica does not connect.
     """
 
-    def __init__(self, extra_args: tuple[str, ...] = ()) -> None:
-        self.servers = [LocalServer(extra_args=[*ROW_ARGS, f"--server-id={i}", *extra_args]) for i in (1, 2)]
+    def __init__(self, binaries: ServerBinaries | None = None, extra_args: tuple[str, ...] = ()) -> None:
+        self.servers = [LocalServer(extra_args=[*ROW_ARGS, f"--server-id={i}", *extra_args], binaries=binaries)
+                        for i in (1, 2)]
         self.primary, self.replica = self.servers
 
     def start(self) -> Pair:
