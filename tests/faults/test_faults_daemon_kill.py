@@ -33,9 +33,10 @@ pytestmark = pytest.mark.server
 # =========================================================================== 1. daemon crashes
 
 
-def run_daemon_crashes(tmp_path: Path, total: int, kills: int, mode: str, rate: float | None, seed: int) -> dict:
+def run_daemon_crashes(tmp_path: Path, total: int, kills: int, mode: str, rate: float | None, seed: int,
+                       binaries=None) -> dict:
     rng = random.Random(seed)
-    with local_server() as srv:
+    with local_server(binaries=binaries) as srv:
         create_tables(srv)
         start = "current" if mode == "gtid" else f"file:{srv.binlog_files()[0].name}:4"
         o = base_overrides(srv, tmp_path, **{"source.start": start, "filters.include_schemas": SCHEMA})
@@ -87,8 +88,8 @@ def run_daemon_crashes(tmp_path: Path, total: int, kills: int, mode: str, rate: 
                 daemon.kill()
 
 
-def test_daemon_sigkill_random_points(tmp_path):
-    run_daemon_crashes(tmp_path, total=3000, kills=5, mode="gtid", rate=600, seed=70)
+def test_daemon_sigkill_random_points(tmp_path, server_binaries):
+    run_daemon_crashes(tmp_path, total=3000, kills=5, mode="gtid", rate=600, seed=70, binaries=server_binaries)
 
 
 @pytest.mark.slow

@@ -52,9 +52,9 @@ def proxied(server, tmp_path: Path, **extra):
                 daemon.kill()
 
 
-def run_drops(tmp_path: Path, drops: int, seed: int) -> dict:
+def run_drops(tmp_path: Path, drops: int, seed: int, binaries=None) -> dict:
     rng = random.Random(seed)
-    with local_server() as srv:
+    with local_server(binaries=binaries) as srv:
         create_tables(srv)
         writer = Writer(srv, rate=250, big_every=6, seed=seed)
         with proxied(srv, tmp_path) as (proxy, daemon):
@@ -91,8 +91,8 @@ def run_drops(tmp_path: Path, drops: int, seed: int) -> dict:
         return stats
 
 
-def test_proxy_drops_mid_event(tmp_path):
-    run_drops(tmp_path, drops=10, seed=81)
+def test_proxy_drops_mid_event(tmp_path, server_binaries):
+    run_drops(tmp_path, drops=10, seed=81, binaries=server_binaries)
 
 
 @pytest.mark.slow
@@ -100,8 +100,8 @@ def test_proxy_drops_mid_event_slow(tmp_path):
     run_drops(tmp_path, drops=SLOW_DROPS, seed=82)
 
 
-def run_stalls(tmp_path: Path, stalls: int, heartbeat: float) -> list[float]:
-    with local_server() as srv:
+def run_stalls(tmp_path: Path, stalls: int, heartbeat: float, binaries=None) -> list[float]:
+    with local_server(binaries=binaries) as srv:
         create_tables(srv)
         writer = Writer(srv, rate=30, seed=9)
         with proxied(srv, tmp_path, **{"source.heartbeat_seconds": str(heartbeat)}) as (proxy, daemon):
@@ -143,8 +143,8 @@ def run_stalls(tmp_path: Path, stalls: int, heartbeat: float) -> list[float]:
         return detections
 
 
-def test_proxy_stall_detected_within_two_heartbeats(tmp_path):
-    run_stalls(tmp_path, stalls=2, heartbeat=1.0)
+def test_proxy_stall_detected_within_two_heartbeats(tmp_path, server_binaries):
+    run_stalls(tmp_path, stalls=2, heartbeat=1.0, binaries=server_binaries)
 
 
 @pytest.mark.slow
@@ -152,8 +152,8 @@ def test_proxy_stall_detected_within_two_heartbeats_slow(tmp_path):
     run_stalls(tmp_path, stalls=SLOW_STALLS, heartbeat=1.0)
 
 
-def test_proxy_bytes_one_at_a_time(tmp_path):
-    with local_server() as srv:
+def test_proxy_bytes_one_at_a_time(tmp_path, server_binaries):
+    with local_server(binaries=server_binaries) as srv:
         create_tables(srv)
         with FaultProxy(srv.host, srv.port) as proxy:
             proxy.one_byte = True  # from the handshake on
@@ -186,14 +186,14 @@ def test_proxy_bytes_one_at_a_time(tmp_path):
         check_exactly_once(srv, tmp_path / "sink", writer, "one byte at a time")
 
 
-def test_proxy_slow_link_large_event(tmp_path):
+def test_proxy_slow_link_large_event(tmp_path, server_binaries):
     """Bytes keep coming, but one event takes longer than 2 × heartbeat to arrive.
 
     The connection is alive (MySQL's own replica applies slave_net_timeout to each socket read, not to a
     whole packet), so the daemon must not give up on it and start over, which would repeat forever.
     """
     heartbeat = 0.5
-    with local_server() as srv:
+    with local_server(binaries=server_binaries) as srv:
         create_tables(srv)
         with FaultProxy(srv.host, srv.port) as proxy:
             o = base_overrides(srv, tmp_path, **{"source.port": str(proxy.port), "source.tls.mode": "disabled",

@@ -39,9 +39,10 @@ pytestmark = pytest.mark.server
 _BACKOFF = re.compile(r"reconnecting in (\d+(?:\.\d+)?)s")
 
 
-def run_primary_crashes(tmp_path: Path, total: int | None, kills: int, mode: str, seed: int) -> dict:
+def run_primary_crashes(tmp_path: Path, total: int | None, kills: int, mode: str, seed: int,
+                        binaries=None) -> dict:
     rng = random.Random(seed)
-    with local_server() as srv:
+    with local_server(binaries=binaries) as srv:
         create_tables(srv)
         start = "current" if mode == "gtid" else f"file:{srv.binlog_files()[0].name}:4"
         o = base_overrides(srv, tmp_path, **{"source.start": start, "filters.include_schemas": SCHEMA,
@@ -99,8 +100,8 @@ def run_primary_crashes(tmp_path: Path, total: int | None, kills: int, mode: str
                 daemon.kill()
 
 
-def test_primary_sigkill_restart_new_binlog(tmp_path):
-    run_primary_crashes(tmp_path, total=None, kills=2, mode="file", seed=71)
+def test_primary_sigkill_restart_new_binlog(tmp_path, server_binaries):
+    run_primary_crashes(tmp_path, total=None, kills=2, mode="file", seed=71, binaries=server_binaries)
 
 
 @pytest.mark.slow

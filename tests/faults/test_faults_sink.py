@@ -114,8 +114,8 @@ def _hold_during_fault(cp_path: Path, seconds: float, sink_dir: Path) -> tuple:
     return first, samples
 
 
-def test_sink_disk_full_real_tmpfs(tmp_path):
-    with local_server() as srv:
+def test_sink_disk_full_real_tmpfs(tmp_path, server_binaries):
+    with local_server(binaries=server_binaries) as srv:
         create_tables(srv)
         fs = tmp_path / "fs"
         with small_tmpfs(fs):
@@ -220,7 +220,7 @@ class _FaultyOs:
         return getattr(os, name)
 
 
-def test_sink_write_and_fsync_failures_in_process(tmp_path, monkeypatch):
+def test_sink_write_and_fsync_failures_in_process(tmp_path, monkeypatch, server_binaries):
     import builtins
 
     import binlogd.daemon.sinks.base as base
@@ -230,7 +230,7 @@ def test_sink_write_and_fsync_failures_in_process(tmp_path, monkeypatch):
     monkeypatch.setattr(jsonl, "open", lambda *a, **k: _FaultyFile(builtins.open(*a, **k), faults), raising=False)
     monkeypatch.setattr(jsonl, "os", _FaultyOs(faults))
     monkeypatch.setattr(base, "os", _FaultyOs(faults))  # the sink's fsync (sync_all) lives there
-    with local_server() as srv:
+    with local_server(binaries=server_binaries) as srv:
         create_tables(srv)
         cfg = in_process_config(srv, tmp_path, **{"filters.include_schemas": SCHEMA,
                                                   "reconnect.max_seconds": "0.5"})

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture
-def own_server():
-    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL"])
+def own_server(server_binaries):
+    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL"], binaries=server_binaries)
     try:
         srv.start()
         yield srv

@@ -81,8 +81,8 @@ def _run_for(seconds: float, writer: FlakyWriter, daemon: DaemonProcess) -> None
 
 
 @pytest.mark.parametrize("mode", ["gtid", "file"])
-def test_server_crash_and_restart_during_stream(tmp_path, mode):
-    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL"])
+def test_server_crash_and_restart_during_stream(tmp_path, mode, server_binaries):
+    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL"], binaries=server_binaries)
     writer = daemon = None
     try:
         srv.start()

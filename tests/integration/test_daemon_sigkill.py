@@ -73,8 +73,8 @@ class TxWriter(threading.Thread):
 
 
 @pytest.mark.parametrize("mode", ["gtid", "file"])
-def test_sigkill_mid_transaction_exactly_once(tmp_path, mode):
-    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL"])
+def test_sigkill_mid_transaction_exactly_once(tmp_path, mode, server_binaries):
+    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL"], binaries=server_binaries)
     writer = None
     daemon = None
     try:

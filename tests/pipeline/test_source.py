@@ -246,12 +246,12 @@ def test_index_shape_equals_info(spark, files):
 
 
 @pytest.fixture
-def own_server():
+def own_server(server_binaries):
     """A server of this test's own: the typed read below applies one table's schema to every row in
     the binlog, so no other test's tables may be in it (the shared server has them)."""
     from binlogd.localserver import LocalServer
 
-    with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as server:
+    with LocalServer(extra_args=["--binlog-row-metadata=FULL"], binaries=server_binaries) as server:
         server.sql("CREATE DATABASE pipe")
         yield server, "pipe"
 

@@ -246,8 +246,9 @@ def check_exactly_once(server, sink_dir: Path, writer: Writer, label: str) -> di
 
 
 @contextlib.contextmanager
-def local_server(extra_args=(), cls=LocalServer):
-    srv = cls(extra_args=["--binlog-row-metadata=FULL", *extra_args])
+def local_server(extra_args=(), cls=LocalServer, binaries=None):
+    """A started ``cls`` with FULL row metadata on ``binaries`` (default: the machine's server), cleaned up after."""
+    srv = cls(extra_args=["--binlog-row-metadata=FULL", *extra_args], binaries=binaries)
     try:
         srv.start()
         yield srv
