@@ -88,6 +88,24 @@ def parse_start(text: str) -> StartSpec:
     return StartSpec("file", file=name, pos=int(pos))
 
 
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """Parse one ``source.hosts`` entry: ``host:port``, ``host`` (port 3306) or ``[v6 address]:port``.
+
+    Returns ``(host, port)``. Raises ConfigError (key ``source.hosts``) on an empty host or a port outside 1-65535.
+    """
+    s = text.strip()
+    host, port = s, "3306"
+    if m := re.fullmatch(r"\[([^\]]*)\](?::(.*))?", s):
+        host, port = m.group(1), m.group(2) or "3306"
+    elif s.count(":") == 1:
+        host, port = s.split(":")
+    host = host.strip()
+    if not host or any(c.isspace() or c in "/[]" for c in host) or not re.fullmatch(r"\d{1,5}", port.strip()) \
+            or not 1 <= int(port) <= 65535:
+        raise ConfigError("source.hosts", f"entries must be 'host:port' (port 1-65535), got {text!r}")
+    return host, int(port)
+
+
 @dataclass(frozen=True)
 class TlsConfig(_Section):
     """``[source.tls]``. Fields: mode (preferred, required, verify_ca, verify_identity, disabled; see
@@ -138,9 +156,11 @@ class TlsConfig(_Section):
 
 @dataclass(frozen=True)
 class SourceConfig(_Section):
-    """``[source]``. Fields: host, port, user; password (Secret); password_file (read by load_config);
-    server_id (1..2**32-1, unique among replicas); start (see :func:`parse_start`, :attr:`start_spec`);
-    heartbeat_seconds (0 < x <= 4294967); connect_timeout; tls (:class:`TlsConfig`)."""
+    """``[source]``. Fields: host, port (one server), or hosts (several, ``"db1:3306"``, in order of
+    preference: failover by GTID, see :attr:`endpoints`); user; password (Secret); password_file (read by
+    load_config); server_id (1..2**32-1, unique among replicas); start (see :func:`parse_start`,
+    :attr:`start_spec`); heartbeat_seconds (0 < x <= 4294967); connect_timeout; failover_timeout_seconds
+    (how long to look for a usable server before exit 9); tls (:class:`TlsConfig`)."""
 
     SECTION: ClassVar[str] = "source"
     host: str = _f("127.0.0.1", nonempty=True)
@@ -152,10 +172,24 @@ class SourceConfig(_Section):
     start: str = "current"
     heartbeat_seconds: float = _f(5.0, lo=0.0, hi=4294967.0, lo_open=True)
     connect_timeout: float = _f(10.0, lo=0.0, hi=86400.0, lo_open=True)
+    hosts: tuple[str, ...] = ()
+    failover_timeout_seconds: float = _f(60.0, lo=0.0, hi=86400.0, lo_open=True)
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     def _check(self) -> None:
-        parse_start(self.start)
+        spec = parse_start(self.start)
+        endpoints = [parse_endpoint(text) for text in self.hosts]
+        if twice := {e for e in endpoints if endpoints.count(e) > 1}:
+            raise ConfigError("source.hosts", f"lists {'%s:%d' % min(twice)} twice")
+        if len(endpoints) > 1 and spec.kind in ("file", "datetime"):
+            raise ConfigError("source.start", f"{self.start!r} resumes by binlog file and position, and positions "
+                              "differ between servers: failover across several source.hosts needs GTID resume "
+                              "('current' or 'gtid:<set>')")
+
+    @property
+    def endpoints(self) -> tuple[tuple[str, int], ...]:
+        """The servers to follow as ``(host, port)``, in order of preference: ``hosts``, else host and port."""
+        return tuple(parse_endpoint(text) for text in self.hosts) or ((self.host, self.port),)
 
     @property
     def start_spec(self) -> StartSpec:
@@ -437,6 +471,10 @@ def load_config(path: str | None = None, env: Mapping[str, str] = os.environ,
         if key not in _KEYS:
             raise _unknown(key, origin)
         values[key] = (_from_text(key, text, origin), origin)
+    both = [key for key in ("source.host", "source.port") if key in values]
+    if both and values.get("source.hosts", ((), ""))[0]:
+        given = " and ".join(f"{key} (from {values[key][1]})" for key in both)
+        raise ConfigError("source.hosts", f"set either source.hosts or {given}, not both", values["source.hosts"][1])
     cfg = _build(Config, "", values)
     src = cfg.source
     if src.password_file:
