@@ -3,9 +3,11 @@
 It speaks just enough of the MySQL client/server protocol for aiomysql/PyMySQL and for
 ``daemon.source.SourceConnection``:
 
-- HandshakeV10 (no CLIENT_SSL, so TLS ``preferred`` falls back to plain text) and
-  ``mysql_native_password`` for one configured user (anything else: ERR 1045, with an
-  AuthSwitchRequest first when the client proposed another plugin);
+- HandshakeV10 (no CLIENT_SSL, so TLS ``preferred`` falls back to plain text) and one configured
+  user, with ``mysql_native_password`` or ``caching_sha2_password`` (``auth_plugin``: its fast path
+  once the user is cached, else full authentication with the server's RSA key), the password's
+  UTF-8 bytes checked (anything else: ERR 1045, with an AuthSwitchRequest first when the client
+  proposed another plugin);
 - COM_QUERY with text result sets for the admin statements the daemon sends (matched by
   regex: the version/checksum probe, ``@@server_uuid, @@gtid_mode``, SHOW MASTER STATUS /
   SHOW BINARY LOG STATUS (version-aware: 8.4+ rejects the first, < 8.2 the second), SHOW
@@ -85,7 +87,9 @@ from tests.support.fakewire import (
     TYPE_VAR_STRING,
     BinlogFile,
     Intervals,
+    Sha2Keys,
     _patch,
+    caching_sha2_token,
     eof_packet,
     err_packet,
     frame,
@@ -131,6 +135,7 @@ class ConnectionRecord:
     connected_at: float
     user: str | None = None
     auth_plugin: str | None = None
+    auth_path: str | None = None    # caching_sha2_password: "fast" (cached) or "full" (RSA)
     authenticated: bool = False
     client_flags: int = 0
     queries: list[str] = field(default_factory=list)
@@ -166,7 +171,9 @@ class FakePrimary:
 
     Args:
         files: the binlog files, oldest first (a single :class:`BinlogFile` is accepted).
-        user, password: the one account (mysql_native_password).
+        user, password: the one account.
+        auth_plugin: ``"mysql_native_password"`` or ``"caching_sha2_password"`` (the user is cached after
+            its first full authentication, as on a real server).
         server_version: the handshake version and ``VERSION()`` (``"8.0.31-fake"``).
         binlog_checksum: ``@@global.binlog_checksum``; by default the first file's.
         gtid_mode: ``@@gtid_mode`` ON/OFF.
@@ -193,11 +200,15 @@ class FakePrimary:
                  log_bin: int = 1, heartbeat_ms: float | None = None, err_1236: bool = False,
                  stall_after: int | None = None, close_after: int | None = None,
                  fault_dumps: Container[int] | None = (0,), check_purged: bool = True,
-                 require_checksum_ack: bool = True, schemas: dict | None = None):
+                 require_checksum_ack: bool = True, schemas: dict | None = None,
+                 auth_plugin: str = "mysql_native_password"):
         self.files = [files] if isinstance(files, BinlogFile) else list(files)
         if not self.files:
             raise ValueError("at least one binlog file")
         self.user, self.password = user, password
+        self.auth_plugin = auth_plugin
+        self.sha2_keys = Sha2Keys() if auth_plugin == "caching_sha2_password" else None
+        self.sha2_cache: set[str] = set()   # users whose caching_sha2 fast path works
         self.server_version, self.version_comment = server_version, version_comment
         self.server_id, self.server_uuid = server_id, server_uuid
         self.binlog_checksum = (binlog_checksum or self.files[0].checksum).upper()
@@ -366,7 +377,7 @@ class _Conn:
         greeting = (b"\x0a" + s.server_version.encode() + b"\0" + struct.pack("<I", 1000 + self.rec.index)
                     + self.salt[:8] + b"\0" + struct.pack("<H", caps & 0xFFFF) + bytes([255])
                     + struct.pack("<H", SERVER_STATUS_AUTOCOMMIT) + struct.pack("<H", caps >> 16)
-                    + bytes([21]) + b"\0" * 10 + self.salt[8:] + b"\0" + b"mysql_native_password\0")
+                    + bytes([21]) + b"\0" * 10 + self.salt[8:] + b"\0" + s.auth_plugin.encode() + b"\0")
         await self.send(greeting, 0)
         payload, seq = await self.read_packet()
         client_flags = struct.unpack_from("<I", payload, 0)[0]
@@ -398,11 +409,15 @@ class _Conn:
             plugin = payload[pos:end if end >= 0 else len(payload)].decode("ascii", "replace")
         self.rec.user, self.rec.auth_plugin = user, plugin
         seq += 1
-        if plugin != "mysql_native_password":
-            seq = await self.send(b"\xfe" + b"mysql_native_password\0" + self.salt + b"\0", seq)
+        if plugin != s.auth_plugin:
+            seq = await self.send(b"\xfe" + s.auth_plugin.encode() + b"\0" + self.salt + b"\0", seq)
             token, last = await self.read_packet()
             seq = last + 1
-        if user != s.user or token != native_password_token(s.password, self.salt):
+        if s.auth_plugin == "caching_sha2_password":
+            ok, seq = await self.caching_sha2(user, token, seq)
+        else:
+            ok = user == s.user and token == native_password_token(s.password, self.salt)
+        if not ok:
             await self.send_err(seq, ER_ACCESS_DENIED, f"Access denied for user '{user}'@'127.0.0.1' "
                                 f"(using password: {'YES' if token else 'NO'})", "28000")
             self.rec.closed_by = "server"
@@ -411,6 +426,25 @@ class _Conn:
         self.server._touch()
         await self.send(ok_packet(), seq)
         return True
+
+    async def caching_sha2(self, user: str, token: bytes, seq: int) -> tuple[bool, int]:
+        """caching_sha2_password after the client's token: (authenticated, next sequence id)."""
+        s = self.server
+        if user == s.user and user in s.sha2_cache:
+            if token != caching_sha2_token(s.password, self.salt):
+                return False, seq
+            self.rec.auth_path = "fast"
+            return True, await self.send(b"\x01\x03", seq)   # fast authentication succeeded
+        seq = await self.send(b"\x01\x04", seq)             # perform full authentication
+        reply, last = await self.read_packet()
+        if reply == b"\x02":                                 # the client asks for the public key
+            await self.send(b"\x01" + s.sha2_keys.public_pem, last + 1)
+            reply, last = await self.read_packet()
+        ok = user == s.user and s.sha2_keys.password(reply, self.salt) == s.password.encode("utf-8")
+        if ok:
+            s.sha2_cache.add(user)
+            self.rec.auth_path = "full"
+        return ok, last + 1
 
     # -- COM_QUERY
     async def result_set(self, columns: Sequence[tuple[str, int]], rows: Sequence[Sequence]) -> None:

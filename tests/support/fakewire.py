@@ -111,6 +111,45 @@ def native_password_token(password: str, salt: bytes) -> bytes:
     return bytes(a ^ b for a, b in zip(stage1, mix))
 
 
+def caching_sha2_token(password: str, salt: bytes) -> bytes:
+    """caching_sha2_password's fast-auth token: SHA256(pw) XOR SHA256(SHA256(SHA256(pw)) + salt), over the
+    password's UTF-8 bytes; empty for an empty password."""
+    if not password:
+        return b""
+    stage1 = hashlib.sha256(password.encode("utf-8")).digest()
+    mix = hashlib.sha256(hashlib.sha256(stage1).digest() + salt).digest()
+    return bytes(a ^ b for a, b in zip(stage1, mix))
+
+
+class Sha2Keys:
+    """The RSA key pair of caching_sha2_password's full authentication on a connection without TLS.
+
+    Fields: public_pem (what the server sends for the client's public-key request, 0x02).
+    """
+
+    def __init__(self):
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.public_pem = self._key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    def password(self, ciphertext: bytes, salt: bytes) -> bytes | None:
+        """The password bytes the client encrypted (RSA-OAEP/SHA1 of ``password + NUL`` XOR the salt, cycled),
+        or None when it does not decrypt or lacks its NUL."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        try:
+            plain = self._key.decrypt(ciphertext, padding.OAEP(mgf=padding.MGF1(hashes.SHA1()),
+                                                              algorithm=hashes.SHA1(), label=None))
+        except ValueError:
+            return None
+        clear = bytes(b ^ salt[i % len(salt)] for i, b in enumerate(plain))
+        return clear[:-1] if clear.endswith(b"\0") else None
+
+
 # ----------------------------------------------------------------------------- GTID intervals
 
 
