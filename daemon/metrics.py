@@ -90,6 +90,11 @@ class Metrics:
                                  registry=r)
         self._queue_depth = Gauge("binlogd_queue_depth", "Events waiting between reader and consumer", registry=r)
         self._up = Gauge("binlogd_up", "1 while streaming from the primary, else 0", registry=r)
+        self._source_info = Gauge("binlogd_source_info", "1 for the server binlogd streams from now",
+                                  ["host", "server_id", "server_uuid", "version"], registry=r)
+        self._failovers = Counter("binlogd_failovers_total", "Switches from one source server to another",
+                                  registry=r)
+        self._source_labels: tuple[str, str, str, str] | None = None
         self._file_index.set(-1)
 
         self._event_children: dict[str, object] = {}
@@ -230,6 +235,20 @@ class Metrics:
     def unnamed_columns(self) -> None:
         """Count one row event whose columns had to be named @1, @2, ..."""
         self._unnamed.inc()
+
+    def source(self, host: str, server_id: int, server_uuid: str, version: str) -> None:
+        """Set the server streamed from (``host:port``): its ``binlogd_source_info`` series is 1, the previous
+        source's series is removed."""
+        labels = (host, str(server_id), server_uuid, version)
+        if labels != self._source_labels:
+            if self._source_labels is not None:
+                self._source_info.remove(*self._source_labels)
+            self._source_info.labels(*labels).set(1)
+            self._source_labels = labels
+
+    def failover(self) -> None:
+        """Count one switch to another source server."""
+        self._failovers.inc()
 
     # -- read at scrape time -----------------------------------------------------------------
 
