@@ -9,7 +9,8 @@
  *       fewest body bytes (after the header, before the checksum) that type may have.
  *   crc_len: 4 when events end with a CRC32, else 0; crc32: the function that computes it
  *       (called with a memoryview), or None not to verify.
- *   expect: the stream position the first event must start at.
+ *   expect: the stream position the first event must start at; an event whose next_position is 0
+ *       (MariaDB 11.4+, inside a transaction) starts at expect and ends at expect + its length.
  * Takes events from start while each one is skimmable (see protocol/skim.py) and returns
  * (stop, next_position, last_timestamp, bytes, {type code: count}). Never raises for the
  * events' contents: it stops before the first event it does not take.
@@ -77,13 +78,16 @@ skim_run(PyObject *self, PyObject *args)
         const unsigned char *p = buf.buf;
         Py_ssize_t n = buf.len;
         int take = n >= HEADER_LEN + crc_len;
-        uint32_t ts = 0, length = 0, next = 0;
+        uint32_t ts = 0, length = 0;
+        unsigned long long next = 0;
         unsigned char type_code = 0;
         if (take) {
             ts = u32le(p);
             type_code = p[4];
             length = u32le(p + 9);
             next = u32le(p + 13);
+            if (next == 0)  /* MariaDB 11.4+ inside a transaction: the event starts at expect */
+                next = expect + length;
             unsigned flags = p[17] | (p[18] << 8);
             take = min_body[type_code] != 0 && (Py_ssize_t)length == n && !(flags & ARTIFICIAL_F) && ts != 0
                    && next >= length && next - length == expect

@@ -34,7 +34,8 @@ class SkimRun(NamedTuple):
 
     Fields:
         stop: the index of the first event not taken (``start`` when none was).
-        next_position: where the stream continues after the last event taken (``expect`` if none).
+        next_position: where the stream continues after the last event taken (``expect`` if none),
+            counted from ``expect`` through events that log next_position 0.
         last_timestamp: the last event's timestamp (0 if none).
         nbytes: the bytes taken.
         counts: type code -> events taken.
@@ -55,6 +56,9 @@ def skim_run(events: list, start: int, end: int, table: bytes, crc_len: int, crc
     equals its size, it is not artificial and has a timestamp, it starts at ``expect`` (then the next
     one must start where it ends), its body (after the header, before ``crc_len`` checksum bytes) has
     at least ``table[type code] - 1`` bytes, and, when ``crc32`` is given, its CRC32 is right.
+    An event's place is ``next_position - length``, or ``expect`` when its next_position is 0: MariaDB
+    11.4+ logs 0 for every event inside a transaction (``binlog_legacy_event_pos=OFF``), so a run of
+    them continues at ``expect`` plus their lengths.
 
     Args:
         events: complete events (bytes-like), as the daemon's reader hands them over.
@@ -78,9 +82,10 @@ def skim_run(events: list, start: int, end: int, table: bytes, crc_len: int, crc
         if n < _HEADER + crc_len:
             break
         ts, type_code, _, length, next_position, flags = HEADER_V4.unpack_from(raw, 0)
+        if not next_position:
+            next_position = expect + length
         if not table[type_code] or length != n or flags & LOG_EVENT_ARTIFICIAL_F or not ts \
-                or next_position < length or next_position - length != expect \
-                or n - _HEADER - crc_len < table[type_code] - 1:
+                or next_position - length != expect or n - _HEADER - crc_len < table[type_code] - 1:
             break
         if crc_len and crc32 is not None and crc32(memoryview(raw)[:-4]) != U32.unpack_from(raw, n - 4)[0]:
             break

@@ -221,5 +221,5 @@ def test_skim_never_takes_an_event_the_decoder_rejects(flips, cut):
     pos = 1000
     for raw in raws[:runs[0].stop]:
         assert type(decoder.decode(raw, pos)) is E.UndecodedRowsEvent
-        pos = struct.unpack_from("<I", raw, 13)[0]
+        pos = struct.unpack_from("<I", raw, 13)[0] or pos + len(raw)  # 0: MariaDB 11.4+ inside a transaction
     assert pos == runs[0].next_position
