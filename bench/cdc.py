@@ -1,0 +1,276 @@
+"""CDC benchmark (issue 16): change events from a backlog, binlogd against its Python peer and the C tool.
+
+``python -m bench.cdc [--rows N] [--repeat 3] [--json] [--profile] [--pure-python]`` is the whole
+benchmark in one command:
+
+1. starts a throwaway MariaDB (:class:`binlogd.localserver.LocalServer`, ROW format, FULL row image
+   and metadata) and writes the decode benchmark's backlog (:func:`bench.decode.write_workload`:
+   ``--rows`` inserts in 500-row transactions into a 10-column table, then rows/10 updates and
+   rows/20 deletes, then ``FLUSH BINARY LOGS``);
+2. measures, interleaved (one run of each side per round, ``--repeat`` rounds):
+
+   (a) **binlogd**: ``binlogd run`` in its own process, JSON-lines sink, durable (the sink's fsync,
+       then the checkpoint), from the first binlog file; timed from the process start until its
+       checkpoint reaches the last file (the backlog is durably in the sink);
+   (b) **python-mysql-replication**: ``BinLogStreamReader`` streaming the same log over TCP from the
+       first file, one ``json.dumps`` object per row change written to a file (no fsync);
+   (c) **mariadb-binlog** ``--base64-output=decode-rows -vv``, text to /dev/null, twice: reading the
+       server's files from disk, and reading the log from the server (``--read-from-remote-server``)
+       as binlogd does;
+
+3. checks that every side saw the same number of row changes (binlogd: lines in its sink files; an
+   update's before/after pair is one change) and exits with status 1 if not;
+4. prints rows/s (best and range over the rounds), binlogd / python-mysql-replication and binlogd /
+   mariadb-binlog (both of its modes), the machine and the date. ``--json``: one JSON object.
+   ``--profile`` adds one more binlogd run under cProfile (top 25 by tottime);
+   ``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import itertools
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.decode import (
+    PEER_INSTALL_HINT,
+    SERVER_ARGS,
+    count_mariadb_binlog,
+    log,
+    machine,
+    mariadb_binlog_cmd,
+    write_workload,
+)
+
+_server_ids = itertools.count(2001)   # a new replica id per binlogd run (see bench.raw)
+PEER_SERVER_ID = 4244
+
+
+def _file_key(name: str) -> int:
+    return int(name.rsplit(".", 1)[1])
+
+
+def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict,
+                profile: Path | None = None) -> tuple[float, float, int]:
+    """``binlogd run`` from ``first_file``:4 until its checkpoint reaches ``target``.
+
+    Returns (seconds from process start, seconds until the first change line was in the sink,
+    change lines written).
+    """
+    sink, checkpoint = workdir / "changes", workdir / "checkpoint.json"
+    sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
+            "source.password": srv.repl_password, "source.start": f"file:{first_file}:4",
+            "source.server_id": str(next(_server_ids)), "checkpoint.path": str(checkpoint),
+            "sink.kind": "jsonl", "sink.path": str(sink), "metrics.listen": ""}
+    prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
+    cmd = prefix + ["-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    errlog = open(workdir / "binlogd.log", "w+")
+    first_line, done = None, _file_key(target)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog, env=env)
+    try:
+        while True:
+            if first_line is None and any(p.stat().st_size for p in sink.glob("changes-*.jsonl")):
+                first_line = time.perf_counter() - t0
+            try:
+                position = json.loads(checkpoint.read_bytes())["position"]
+            except (FileNotFoundError, ValueError):
+                position = None
+            if position is not None and _file_key(position["file"]) >= done:
+                elapsed = time.perf_counter() - t0
+                break
+            if proc.poll() is not None or time.perf_counter() - t0 > 600:
+                errlog.seek(0)
+                raise SystemExit(f"binlogd did not catch up (exit {proc.poll()}): {errlog.read()[-3000:]}")
+            time.sleep(0.001)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        errlog.close()
+    lines = 0
+    for path in sink.glob("changes-*.jsonl"):
+        with open(path, "rb") as fh:
+            lines += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    return elapsed, first_line or elapsed, lines
+
+
+def run_peer(srv, first_file: str, out: Path) -> int:
+    """python-mysql-replication streaming the whole log, one JSON object per row change into ``out``."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    settings = {"host": srv.host, "port": srv.port, "user": srv.repl_user, "passwd": srv.repl_password}
+    stream = BinLogStreamReader(connection_settings=settings, server_id=PEER_SERVER_ID,
+                                only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+                                resume_stream=False, blocking=False, log_file=first_file, log_pos=4)
+    ops = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+    changes = 0
+    try:
+        with open(out, "w") as fh:
+            for ev in stream:
+                op = ops[type(ev)]
+                source = {"server_id": ev.packet.server_id, "file": stream.log_file, "pos": ev.packet.log_pos}
+                for index, row in enumerate(ev.rows):
+                    if op == "update":
+                        before, after = row["before_values"], row["after_values"]
+                    else:
+                        before, after = (None, row["values"]) if op == "insert" else (row["values"], None)
+                    fh.write(json.dumps({"op": op, "schema": ev.schema, "table": ev.table, "before": before,
+                                         "after": after, "ts": ev.timestamp, "source": {**source, "row": index}},
+                                        default=str) + "\n")
+                    changes += 1
+    finally:
+        stream.close()
+    return changes
+
+
+def run_mariadb_binlog(cmd: list[str]) -> None:
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+
+
+def remote_cmd(srv, first_file: str) -> list[str]:
+    exe = mariadb_binlog_cmd([])[0]
+    return [exe, "--no-defaults", "--read-from-remote-server", "--host=127.0.0.1", f"--port={srv.port}",
+            f"--user={srv.user}", "--to-last-log", "--base64-output=decode-rows", "-vv", first_file]
+
+
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - t0, result
+
+
+def _profile_text(path: Path, top: int = 25) -> str:
+    buf = io.StringIO()
+    pstats.Stats(str(path), stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.cdc", description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000,
+                    help="inserted rows (default 200000); rows/10 updates and rows/20 deletes follow")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
+    ap.add_argument("--profile", action="store_true", help="one more binlogd run under cProfile (top 25)")
+    ap.add_argument("--pure-python", action="store_true", help="binlogd with BINLOGD_PURE_PYTHON=1")
+    ap.add_argument("--binlogd-only", action="store_true", help="time binlogd alone (no ratios: for profiling)")
+    ns = ap.parse_args(argv)
+    if ns.rows < 20:
+        ap.error("--rows must be at least 20")
+    try:
+        from importlib.metadata import version as _dist_version
+
+        import pymysqlreplication  # noqa: F401
+        peer_version = _dist_version("mysql-replication")
+    except ImportError:
+        print(PEER_INSTALL_HINT, file=sys.stderr)
+        return 2
+    from binlogd.localserver import LocalServer
+
+    env = dict(os.environ, BINLOGD_PURE_PYTHON="1" if ns.pure_python else "")
+    started = dt.datetime.now().astimezone()
+    work = Path(tempfile.mkdtemp(prefix="binlogd-cdc-"))
+    times: dict[str, list[float]] = {"binlogd": [], "python-mysql-replication": [],
+                                     "mariadb-binlog (files)": [], "mariadb-binlog (remote)": []}
+    counts: dict[str, int] = {}
+    first_lines: list[float] = []
+    profile = None
+    try:
+        with LocalServer(extra_args=SERVER_ARGS) as srv:
+            log(f"server: {srv.flavor} {srv.version} on port {srv.port}")
+            with srv.connect() as conn:
+                expected = write_workload(conn, ns.rows)
+            files = srv.binlog_files()
+            nbytes = sum(p.stat().st_size for p in files[:-1])
+            total = sum(expected.values())
+            log(f"backlog: {expected} ({total} row changes), {nbytes / 1e6:.1f} MB in {len(files) - 1} file(s)")
+            first, target = files[0].name, files[-1].name
+            local, remote = mariadb_binlog_cmd(files[:-1]), remote_cmd(srv, first)
+            for rnd in range(ns.repeat):
+                run_dir = work / f"binlogd-{rnd}"
+                run_dir.mkdir()
+                seconds, first_line, counts["binlogd"] = run_binlogd(srv, first, target, run_dir, env)
+                shutil.rmtree(run_dir)
+                times["binlogd"].append(seconds)
+                first_lines.append(first_line)
+                if ns.binlogd_only:
+                    log(f"round {rnd + 1}: binlogd {seconds:.3f}s, first line after {first_line:.3f}s")
+                    continue
+                seconds, counts["python-mysql-replication"] = _timed(run_peer, srv, first, work / "peer.jsonl")
+                times["python-mysql-replication"].append(seconds)
+                times["mariadb-binlog (files)"].append(_timed(run_mariadb_binlog, local)[0])
+                times["mariadb-binlog (remote)"].append(_timed(run_mariadb_binlog, remote)[0])
+                log(f"round {rnd + 1}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items()))
+            if not ns.binlogd_only:
+                counts["mariadb-binlog (files)"] = count_mariadb_binlog(local)
+                counts["mariadb-binlog (remote)"] = count_mariadb_binlog(remote)
+            if ns.profile:
+                run_dir = work / "profile"
+                run_dir.mkdir()
+                run_binlogd(srv, first, target, run_dir, env, profile=work / "binlogd.prof")
+                profile = _profile_text(work / "binlogd.prof")
+            server_version = srv.version
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    if ns.binlogd_only:
+        print(f"binlogd: {counts['binlogd']} change lines, {total / min(times['binlogd']):,.0f} rows/s best, "
+              f"first line after {min(first_lines) * 1000:.0f} ms")
+        print(profile or "", file=sys.stderr)
+        return 0 if counts["binlogd"] == total else 1
+    rates = {k: sorted(total / s for s in v) for k, v in times.items()}
+    best = {k: v[-1] for k, v in rates.items()}
+    result = {
+        "benchmark": "cdc", "date": started.isoformat(timespec="seconds"), "machine": machine(),
+        "server": server_version, "peer": f"python-mysql-replication {peer_version}",
+        "binlogd_speedups": not ns.pure_python,
+        "workload": {**expected, "row_changes": total, "binlog_bytes": nbytes}, "rounds": ns.repeat,
+        "seconds": times, "rows_per_s": {k: {"best": best[k], "min": v[0]} for k, v in rates.items()},
+        "binlogd_first_line_seconds": min(first_lines),
+        "ratio_binlogd_vs_python_mysql_replication": best["binlogd"] / best["python-mysql-replication"],
+        "ratio_binlogd_vs_mariadb_binlog_files": best["binlogd"] / best["mariadb-binlog (files)"],
+        "ratio_binlogd_vs_mariadb_binlog_remote": best["binlogd"] / best["mariadb-binlog (remote)"],
+        "row_counts": {"expected": total, **counts},
+    }
+    mismatch = len(set(result["row_counts"].values())) != 1
+    if ns.json:
+        print(json.dumps(result, indent=2))
+    else:
+        m = result["machine"]
+        print(f"cdc benchmark, {result['date']}, {m['cpu']} ({m['cores']} cores), Python {m['python']}, "
+              f"{server_version}, load average {os.getloadavg()[0]:.1f}")
+        print(f"backlog: {total} row changes ({expected}), {nbytes / 1e6:.1f} MB of binlog; "
+              f"{ns.repeat} interleaved rounds; binlogd {'with' if not ns.pure_python else 'without'} C speedups")
+        modes = {"binlogd": "binlogd run, jsonl sink, durable, from process start",
+                 "python-mysql-replication": f"{peer_version}, one json.dumps per row to a file",
+                 "mariadb-binlog (files)": "-vv from the files, to /dev/null",
+                 "mariadb-binlog (remote)": "-vv --read-from-remote-server, to /dev/null"}
+        for name, r in rates.items():
+            print(f"  {name:<25} {r[-1]:>10,.0f} rows/s  (range {r[0]:,.0f}-{r[-1]:,.0f}; {modes[name]})")
+        print(f"  binlogd's first change line after {result['binlogd_first_line_seconds'] * 1000:.0f} ms")
+        print(f"  binlogd / python-mysql-replication:      {result['ratio_binlogd_vs_python_mysql_replication']:.2f}x")
+        print(f"  binlogd / mariadb-binlog -vv (files):    {result['ratio_binlogd_vs_mariadb_binlog_files']:.2f}x")
+        print(f"  binlogd / mariadb-binlog -vv (remote):   {result['ratio_binlogd_vs_mariadb_binlog_remote']:.2f}x")
+        print(f"  row changes: {result['row_counts']}")
+    if profile:
+        print("\ncProfile of one binlogd run (top 25 by tottime):", file=sys.stderr)
+        print(profile, file=sys.stderr)
+    if mismatch:
+        print(f"ROW COUNT MISMATCH: {result['row_counts']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
