@@ -1,0 +1,233 @@
+"""Failover by GTID: which configured server may the daemon stream from next (issue 14, DESIGN.md "Failover").
+
+Two halves, kept apart:
+
+- The decisions, pure functions of what the servers answered: :func:`judge` turns one server's
+  :class:`Facts` and the checkpoint's position into a :class:`Verdict`; :func:`choose` picks the server to
+  use; :func:`give_up` says when looking further is pointless; :func:`no_source` writes the exit message.
+- The probe (:func:`probe`): connect to one server and collect its :class:`Facts` by SQL and, on MariaDB, a
+  GTID dump under strict semantics that is closed after its first packet.
+
+A server is usable when it is reachable, authenticates, logs row events, and its binlog holds every
+transaction already delivered. On MySQL ``GTID_SUBSET(<checkpoint set>, @@gtid_executed)`` must hold and
+``@@gtid_purged`` must hold nothing the checkpoint lacks (else the server cannot send it: purged). On MariaDB
+the server must accept ``@slave_connect_state`` = the checkpoint's GTID list with
+``@slave_gtid_strict_mode = 1`` ("… which is not in the master's binlog" is divergence, any other refusal a
+purge), and its ``@@gtid_binlog_state`` must know every delivered GTID: MariaDB accepts a position in a
+domain it has never seen (a multi-master rule), and that would be a silent loss here. A server that lacks
+delivered transactions is *diverged* and never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from binlogd.protocol.gtid import MariadbGtid, MariadbGtidList, MysqlGtidSet
+
+from .position import Position
+from .source import ServerInfo, SourceConnection, SourceError
+
+USABLE, UNREACHABLE, REFUSED, DIVERGED, PURGED = "usable", "unreachable", "refused", "diverged", "purged"
+_UNREACHABLE_KINDS = frozenset({"connection", "unreachable", "timeout", "stream_ended"})
+_DIVERGED_REFUSALS = ("not in the master's binlog", "is missing the GTID")
+_MARIADB_GTID = re.compile(r"\b\d+-\d+-\d+\b")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one server answered to :func:`probe`.
+
+    Fields:
+        endpoint: ``host:port`` as configured.
+        failure: why it could not be asked (cannot connect, authentication, binlog off, not ROW…), or None.
+        info: what it said about itself on connect (None when ``failure`` came first).
+        read_only: ``@@global.read_only``.
+        subset: MySQL ``GTID_SUBSET(<checkpoint set>, @@global.gtid_executed)``.
+        lacking: MySQL ``GTID_SUBTRACT(<checkpoint set>, @@global.gtid_executed)``: delivered, not executed there.
+        purged_unsent: MySQL ``GTID_SUBTRACT(@@global.gtid_purged, <checkpoint set>)``: purged, never delivered.
+        binlog_state: MariaDB ``@@global.gtid_binlog_state`` (every domain-server pair its binlog has seen).
+        refusal: MariaDB: the error the strict GTID dump was refused with ("" when it was accepted).
+    """
+
+    endpoint: str
+    failure: SourceError | None = None
+    info: ServerInfo | None = None
+    read_only: bool = False
+    subset: bool = True
+    lacking: str = ""
+    purged_unsent: str = ""
+    binlog_state: str = ""
+    refusal: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a server may be streamed from.
+
+    Fields:
+        endpoint: ``host:port``.
+        kind: ``usable``; ``unreachable`` (may come back); ``refused`` (reachable but cannot serve: auth, TLS,
+            binlog off, not ROW, no GTIDs, another flavour); ``diverged`` (lacks delivered transactions);
+            ``purged`` (cannot send transactions not yet delivered).
+        reason: one line saying why (the server's own words where it gave some).
+        info: the server's identity (None when it could not be asked).
+        writable: ``read_only`` is OFF.
+        missing: for ``diverged``, the delivered GTIDs it lacks (text).
+    """
+
+    endpoint: str
+    kind: str
+    reason: str
+    info: ServerInfo | None = None
+    writable: bool = False
+    missing: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.kind == USABLE
+
+
+# ---------------------------------------------------------------------------------------------- decisions
+def judge(facts: Facts, delivered: Position) -> Verdict:
+    """The verdict on one server given what it answered and the checkpoint's ``delivered`` position (whose
+    ``gtid_set`` (MySQL) or ``gtid_list`` (MariaDB) holds every transaction already delivered)."""
+    where = facts.endpoint
+    if facts.failure is not None:
+        kind = UNREACHABLE if facts.failure.kind in _UNREACHABLE_KINDS else REFUSED
+        return Verdict(where, kind, str(facts.failure))
+    verdict = _judge_mysql(facts, delivered) if facts.info.flavor == "mysql" else _judge_mariadb(facts, delivered)
+    return dataclasses.replace(verdict, info=facts.info, writable=not facts.read_only)
+
+
+def _judge_mysql(facts: Facts, delivered: Position) -> Verdict:
+    where = facts.endpoint
+    if delivered.gtid_list:
+        return Verdict(where, REFUSED, "a MySQL server cannot continue a MariaDB GTID position")
+    if not facts.info.gtid_mode:
+        return Verdict(where, REFUSED, "gtid_mode is OFF: failover needs GTIDs")
+    if not facts.subset:
+        return Verdict(where, DIVERGED, f"diverged: lacks {facts.lacking} (GTID_SUBSET of the checkpoint's set "
+                       "and @@gtid_executed is false)", missing=facts.lacking)
+    if facts.purged_unsent:
+        return Verdict(where, PURGED, f"has purged {facts.purged_unsent}, which binlogd has not delivered")
+    return Verdict(where, USABLE, "has every delivered transaction")
+
+
+def _judge_mariadb(facts: Facts, delivered: Position) -> Verdict:
+    where = facts.endpoint
+    if delivered.gtid_set:
+        return Verdict(where, REFUSED, "a MariaDB server cannot continue a MySQL GTID set")
+    lacking = mariadb_lacking(delivered.gtid_list, facts.binlog_state)
+    refused_as_diverged = any(text in facts.refusal for text in _DIVERGED_REFUSALS)
+    if lacking or refused_as_diverged:
+        missing = ", ".join(lacking) or ", ".join(_MARIADB_GTID.findall(facts.refusal))
+        said = f" (the server: {facts.refusal})" if facts.refusal else ""
+        return Verdict(where, DIVERGED, f"diverged: lacks {missing}{said}", missing=missing)
+    if facts.refusal:
+        return Verdict(where, PURGED, f"cannot send from {delivered.gtid_list}: {facts.refusal}")
+    return Verdict(where, USABLE, "has every delivered transaction")
+
+
+def mariadb_lacking(delivered: str, binlog_state: str) -> list[str]:
+    """The delivered GTIDs (a MariaDB GTID list) that a binlog with ``binlog_state`` (``@@gtid_binlog_state``:
+    the last GTID of every domain-server pair) does not reach, each as ``d-s-n (has d-s-m)`` or
+    ``d-s-n (nothing from server s in domain d)``. Raises GtidSyntaxError on malformed text."""
+    have: dict[tuple[int, int], int] = {}
+    for part in binlog_state.split(","):
+        if part.strip():
+            g = MariadbGtid.parse(part)
+            have[(g.domain_id, g.server_id)] = max(g.seq_no, have.get((g.domain_id, g.server_id), 0))
+    out = []
+    for g in MariadbGtidList.parse(delivered).gtids():
+        seq = have.get((g.domain_id, g.server_id))
+        if seq is None:
+            out.append(f"{g} (nothing from server {g.server_id} in domain {g.domain_id})")
+        elif seq < g.seq_no:
+            out.append(f"{g} (has {g.domain_id}-{g.server_id}-{seq})")
+    return out
+
+
+def choose(verdicts: list[Verdict]) -> Verdict | None:
+    """The server to stream from: the first usable writable one in ``verdicts`` order (the current source
+    first, then the configured order), else the first usable one, else None."""
+    usable = [v for v in verdicts if v.usable]
+    return next((v for v in usable if v.writable), usable[0] if usable else None)
+
+
+def give_up(verdicts: list[Verdict], waited: float, timeout: float) -> str | None:
+    """Whether to stop looking for a source, when none of ``verdicts`` is usable after ``waited`` seconds.
+
+    Returns ``"purged"`` when every server refused the position as purged (exit 5, ERR 1236 everywhere),
+    ``"diverged"`` when ``timeout`` has passed and a reachable server lacks delivered transactions (exit 9),
+    else None: try again (servers that are down may come back).
+    """
+    kinds = {v.kind for v in verdicts}
+    if kinds == {PURGED}:
+        return PURGED
+    if waited >= timeout and DIVERGED in kinds:
+        return DIVERGED
+    return None
+
+
+def no_source(verdicts: list[Verdict], waited: float) -> str:
+    """The exit message: how long no server was usable, then each server and why (the GTIDs it lacks)."""
+    return f"no usable source after {waited:.0f}s: " + "; ".join(f"{v.endpoint} {v.reason}" for v in verdicts)
+
+
+# ---------------------------------------------------------------------------------------------- the probe
+async def probe(source, endpoint: tuple[str, int], delivered: Position, server_id: int) -> Facts:
+    """Ask the server at ``endpoint`` what :func:`judge` needs; never raises for the server's sake.
+
+    Args:
+        source: the :class:`daemon.config.SourceConfig` (user, password, TLS, timeouts).
+        delivered: the checkpoint's position (its GTID set or list is checked).
+        server_id: the replica id registered for the MariaDB probe dump (the daemon's own: its stream is not
+            running against this server while it is probed).
+    """
+    host, port = endpoint
+    where = f"{host}:{port}"
+    conn = SourceConnection(dataclasses.replace(source, host=host, port=port, hosts=()))
+    try:
+        info = await conn.open()
+        read_only = bool(int((await conn.query("SELECT @@global.read_only"))[0][0]))
+        facts = Facts(where, info=info, read_only=read_only)
+        if info.flavor == "mysql" and info.gtid_mode and not delivered.gtid_list:
+            mine = str(MysqlGtidSet.parse(delivered.gtid_set))  # normalised: nothing to quote
+            subset, lacking, purged = (await conn.query(
+                f"SELECT GTID_SUBSET('{mine}', @@global.gtid_executed), "
+                f"GTID_SUBTRACT('{mine}', @@global.gtid_executed), "
+                f"GTID_SUBTRACT(@@global.gtid_purged, '{mine}')"))[0]
+            return dataclasses.replace(facts, subset=bool(int(subset)), lacking=_one_line(lacking),
+                                       purged_unsent=_one_line(purged))
+        if info.flavor == "mariadb" and not delivered.gtid_set:
+            state = str((await conn.query("SELECT @@global.gtid_binlog_state"))[0][0] or "")
+            return dataclasses.replace(facts, binlog_state=state,
+                                       refusal=await _strict_dump(conn, delivered, server_id, source))
+        return facts
+    except SourceError as exc:
+        return Facts(where, failure=exc)
+    finally:
+        await conn.close()
+
+
+async def _strict_dump(conn: SourceConnection, delivered: Position, server_id: int, source) -> str:
+    """Start a non-blocking GTID dump from ``delivered.gtid_list`` with strict semantics and read its first
+    packet: "" when the server accepted the position, else its refusal (ERR 1236)."""
+    start = Position("", 4, gtid_list=str(MariadbGtidList.parse(delivered.gtid_list)))
+    try:
+        await conn.start_dump(server_id, start, True, source.heartbeat_seconds, non_blocking=True, strict=True)
+        await asyncio.wait_for(conn.read_event(), source.connect_timeout)
+    except SourceError as exc:
+        if exc.kind != "binlog_missing":
+            raise
+        return str(exc)
+    except asyncio.TimeoutError:
+        raise SourceError("timeout", f"no answer to a GTID dump within {source.connect_timeout:g}s") from None
+    return ""
+
+
+def _one_line(text) -> str:
+    return str(text or "").replace("\n", "")
