@@ -43,16 +43,20 @@ Each test starts its own LocalServer when it kills or reconfigures it; every wai
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
 import re
+import shutil
+import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pymysql
+import pytest
 
 from binlogd.localserver import LocalServer
 from tests.support.daemon import (
@@ -254,6 +258,58 @@ def local_server(extra_args=(), cls=LocalServer, binaries=None):
         yield srv
     finally:
         srv.cleanup()
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str = "16m"):
+    """A real tmpfs of ``size`` mounted at ``path`` (root only); skips the test when it cannot mount."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a real tmpfs needs root (the in-process ENOSPC/EIO test covers the rest)")
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "binlogd-faults", str(path)],
+                       capture_output=True, text=True, timeout=20)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True, timeout=30).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def fill_disk(path: Path) -> int:
+    """Write ``path`` until not even one byte fits; returns the bytes written."""
+    written = 0
+    with open(path, "wb", buffering=0) as fh:
+        for chunk in (1 << 20, 1 << 16, 4096, 1):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    n = fh.write(block)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    break
+                written += n
+                if n < chunk:
+                    break
+    return written
+
+
+class Refiller(threading.Thread):
+    """Keeps the full disk full: grabs any space freed (the daemon truncating its uncommitted tail)."""
+
+    def __init__(self, path: Path):
+        super().__init__(daemon=True, name="refiller")
+        self.path, self.stop_flag, self.grabbed = path, threading.Event(), 0
+
+    def run(self) -> None:
+        with open(self.path, "ab", buffering=0) as fh:
+            while not self.stop_flag.wait(0.005):
+                for chunk in (65536, 4096, 1):
+                    try:
+                        self.grabbed += fh.write(b"\0" * chunk)
+                    except OSError:
+                        continue
 
 
 def metrics_port(daemon: DaemonProcess, timeout: float = 30.0) -> int:
