@@ -77,6 +77,11 @@ class TableSchema:
     enum_values: tuple[tuple[str, ...] | None, ...] | None = None
     set_values: tuple[tuple[str, ...] | None, ...] | None = None
 
+    def agrees(self, columns) -> bool:
+        """True when this schema may name a TABLE_MAP's ``columns``. Names alone say only how many columns
+        there are; sources that know types (the schema history) check each column's type and metadata too."""
+        return len(self.names) == len(columns)
+
 
 def _column_meta(ctype: int, raw: memoryview) -> tuple[int, int | tuple[int, int]]:
     """Resolve (real type, metadata) from a column's type code and metadata bytes."""
@@ -243,12 +248,12 @@ def apply_schema(columns: tuple[Column, ...], schema: TableSchema) -> tuple[Colu
     """Fill what the TABLE_MAP did not carry from a schema source; metadata wins.
 
     Raises:
-        EventDecodeError: when the schema's column count differs from the TABLE_MAP's
-            (the schema is stale; the caller must refresh it).
+        EventDecodeError: when the schema does not agree with the TABLE_MAP (:meth:`TableSchema.agrees`:
+            it describes another version of the table; the caller must refresh it).
     """
-    if len(schema.names) != len(columns):
-        raise EventDecodeError(
-            f"schema source has {len(schema.names)} columns, the binlog's TABLE_MAP has {len(columns)}")
+    if not schema.agrees(columns):
+        raise EventDecodeError(f"schema source's {len(schema.names)} columns do not fit the binlog's TABLE_MAP "
+                               f"({len(columns)} columns)")
     out = []
     for c in columns:
         i = c.index

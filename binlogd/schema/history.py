@@ -1,0 +1,276 @@
+"""The schema history file and the tracker that follows a binlog stream's DDL.
+
+The history is a JSON-lines file, appended to and never rewritten. Each line is one
+:class:`Entry`: a table's state (its definition, ``unknown`` or ``dropped``) or a database's
+default character set, valid from a binlog position (file, pos) onwards, with the GTID of the
+transaction that made it and its source (``ddl``, ``seed``, ``information_schema``, ``tablemap``).
+A DDL's entries sit at the position just after the DDL's QUERY event, where a checkpoint taken
+after it would point.
+
+:class:`SchemaTracker` holds the tables' state at the current stream position. Its
+:meth:`~SchemaTracker.lookup` is the decoder's ``schema_source`` (a dict lookup); the caller hands
+every event to :meth:`~SchemaTracker.observe`, which parses DDL and returns the new entries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+from binlogd.protocol.charsets import charset_for_collation
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.errors import BinlogError
+
+from . import ddl
+from .catalog import DROPPED, UNKNOWN, Catalog
+from .model import CheckedSchema, TableDef, charset_name, compile_schema
+
+Name = tuple[str, str]
+_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+_GTIDS = frozenset(int(t) for t in (ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED, ET.MARIADB_GTID))
+_QUERIES = frozenset({int(ET.QUERY), int(ET.QUERY_COMPRESSED)})
+_FDE = int(ET.FORMAT_DESCRIPTION)
+_WATCHED = _GTIDS | _QUERIES | {_FDE}
+
+
+class SchemaHistoryError(BinlogError):
+    """A schema history file that cannot be read (names the file and line)."""
+
+
+def position_key(file: str, pos: int) -> tuple:
+    """Sort key of a binlog position: file names compare by their numeric suffix, then the offset."""
+    m = _SUFFIX.match(file)
+    return (m[1], int(m[2]), pos) if m else (file, -1, pos)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One line of the history.
+
+    Fields:
+        file, pos: where the state starts to hold (the end of the DDL event that made it).
+        gtid: the GTID of the transaction that made it, or None.
+        schema: the database.
+        table: the table, or None for a database entry.
+        state: a TableDef, ``"unknown"``, ``"dropped"`` (tables); the default charset or None (databases).
+        source: ``ddl``, ``seed``, ``information_schema`` or ``tablemap``.
+        dropped: a database entry for DROP DATABASE.
+    """
+
+    file: str
+    pos: int
+    gtid: str | None
+    schema: str
+    table: str | None
+    state: TableDef | str | None
+    source: str = "ddl"
+    dropped: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return position_key(self.file, self.pos)
+
+    def to_json(self) -> bytes:
+        """The entry as one JSON line (with its newline)."""
+        obj = {"file": self.file, "pos": self.pos, "gtid": self.gtid, "schema": self.schema, "table": self.table,
+               "source": self.source}
+        if self.table is None:
+            obj.update(kind="database_dropped" if self.dropped else "database", charset=self.state)
+        elif isinstance(self.state, TableDef):
+            obj.update(kind="table", **self.state.to_json())
+        else:
+            obj["kind"] = self.state
+        return orjson.dumps(obj) + b"\n"
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Entry:
+        """Raises: KeyError, TypeError, ValueError on a malformed object."""
+        kind, schema, table = obj["kind"], obj["schema"], obj["table"]
+        if kind in ("database", "database_dropped"):
+            state = obj.get("charset")
+        elif kind == "table":
+            state = TableDef.from_json(schema, table, obj)
+        elif kind in (UNKNOWN, DROPPED):
+            state = kind
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        return cls(obj["file"], int(obj["pos"]), obj.get("gtid"), schema, table, state, obj.get("source", "ddl"),
+                   kind == "database_dropped")
+
+
+def read_history(path: str | os.PathLike) -> list[Entry]:
+    """Every complete entry of a history file, in file order (a last line cut short by a crash is ignored).
+
+    Raises:
+        SchemaHistoryError: a complete line that is not a valid entry (naming the file and line).
+        OSError: the file cannot be read.
+    """
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    out = []
+    for number, line in enumerate(lines[:-1], 1):  # the part after the last newline is incomplete
+        if not line.strip():
+            continue
+        try:
+            out.append(Entry.from_json(orjson.loads(line)))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SchemaHistoryError(f"{path}: line {number} is not a schema history entry ({exc})")
+    return out
+
+
+class HistoryWriter:
+    """Appends entries durably: each call writes, flushes and fsyncs before returning.
+
+    A line left incomplete by a crash is cut off when the file is opened again.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._fh = open(self.path, "ab+")
+        self._fh.seek(0)
+        data = self._fh.read()
+        if data and not data.endswith(b"\n"):
+            self._fh.truncate(data.rfind(b"\n") + 1)
+        self._fh.seek(0, os.SEEK_END)
+
+    def append(self, entries: list[Entry]) -> None:
+        """Write ``entries`` and make them durable."""
+        if entries:
+            self._fh.write(b"".join(e.to_json() for e in entries))
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class SchemaTracker:
+    """The tables' definitions at the current position of one binlog stream.
+
+    Args:
+        entries: a history to start from (see :meth:`start_at`); entries after the start position are
+            applied when the stream reaches them, and DDL they cover is not parsed again.
+        warn: called with one line for each DDL statement that could not be parsed.
+    Fields:
+        catalog: the current state.
+        unparsed: how many DDL statements could not be parsed.
+    """
+
+    def __init__(self, entries: list[Entry] = (), warn: Callable[[str], None] | None = None):
+        self.catalog = Catalog()
+        self._schemas: dict[Name, CheckedSchema] = {}
+        self._pending = deque(entries)
+        self._covered = max((e.key for e in self._pending), default=None)
+        self.warn = warn or (lambda message: None)
+        self.server_version = ""
+        self.gtid: str | None = None
+        self.unparsed = 0
+
+    # ------------------------------------------------------------ lookups
+
+    def lookup(self, schema: str, table: str) -> CheckedSchema | None:
+        """The decoder's schema source: the current definition of a table, None when unknown."""
+        return self._schemas.get((schema, table))
+
+    def definition(self, schema: str, table: str) -> TableDef | str | None:
+        """A table's current state: its TableDef, ``"unknown"``, or None when never seen."""
+        return self.catalog.tables.get((schema, table))
+
+    def mismatched(self, event) -> bool:
+        """True when a TABLE_MAP came out with positional names although a definition of its table is known
+        (the definition does not agree with the TABLE_MAP)."""
+        return bool(event.columns) and event.columns[0].name is None and (event.schema, event.table) in self._schemas
+
+    # ------------------------------------------------------------ moving forward
+
+    def start_at(self, file: str, pos: int) -> None:
+        """Apply the history's entries up to (and including) position ``file:pos``."""
+        self._apply_pending(position_key(file, pos))
+
+    def _apply_pending(self, key: tuple) -> None:
+        while self._pending and self._pending[0].key <= key:
+            self._apply_entry(self._pending.popleft())
+
+    def _apply_entry(self, entry: Entry) -> None:
+        if entry.table is None:
+            if entry.dropped:
+                self.catalog.databases.pop(entry.schema, None)
+            else:
+                self.catalog.databases[entry.schema] = entry.state
+        else:
+            self._set((entry.schema, entry.table), entry.state)
+
+    def _set(self, name: Name, state) -> None:
+        self.catalog.set(name, state)
+        self._compile(name, state)
+
+    def _compile(self, name: Name, state) -> None:
+        if isinstance(state, TableDef):
+            self._schemas[name] = compile_schema(state)
+        else:
+            self._schemas.pop(name, None)
+
+    def record(self, table: TableDef, file: str, pos: int, source: str) -> Entry:
+        """Take a definition from outside the stream (a seed, information_schema) as valid from ``file:pos``."""
+        self._set((table.schema, table.table), table)
+        return Entry(file, pos, self.gtid, table.schema, table.table, table, source)
+
+    def record_database(self, schema: str, charset: str | None, file: str, pos: int, source: str) -> Entry:
+        """Take a database's default character set from outside the stream."""
+        self.catalog.databases[schema] = charset
+        return Entry(file, pos, self.gtid, schema, None, charset, source)
+
+    def observe(self, event, file: str, end: int) -> list[Entry] | tuple:
+        """Follow one event of the stream.
+
+        Args:
+            event: the decoded event (FORMAT_DESCRIPTION, GTIDs and QUERY matter; others are ignored).
+            file: the binlog file it is in.
+            end: the position just after it.
+        Returns:
+            The history entries the event made (DDL only), to be written before a checkpoint passes ``end``.
+        """
+        tc = event.header.type_code
+        if tc not in _WATCHED:
+            return ()
+        if tc == _FDE:
+            self.server_version = event.server_version
+            return ()
+        key = position_key(file, end) if self._covered is not None else None
+        if self._pending:
+            self._apply_pending(key)
+        if tc in _GTIDS:
+            self.gtid = event.gtid
+        elif key is None or key > self._covered:
+            return self._query(event, file, end)
+        return ()
+
+    def _query(self, event, file: str, end: int) -> list[Entry]:
+        changes = ddl.parse(event.query, event.schema, event.status.get("sql_mode", 0), self.server_version)
+        if not changes:
+            return []
+        server = charset_name(charset_for_collation(event.status.get("charset", {}).get("server")))
+        out = []
+        for change in changes:
+            if isinstance(change, ddl.Unparsed):
+                self.unparsed += 1
+                names = ", ".join(f"{s}.{t}" for s, t in change.names) or "every known table"
+                self.warn(f"{file}:{event.header.pos}: cannot parse DDL ({change.reason}); "
+                          f"positional column names for {names} until a definition that fits is found: "
+                          f"{' '.join(event.query.split())[:200]}")
+            dbs_before = dict(self.catalog.databases)
+            for name, state in self.catalog.apply(change, server).items():
+                self._compile(name, state)
+                out.append(Entry(file, end, self.gtid, name[0], name[1], state))
+            for schema in dbs_before.keys() | self.catalog.databases.keys():
+                if schema not in self.catalog.databases:
+                    out.append(Entry(file, end, self.gtid, schema, None, None, dropped=True))
+                elif dbs_before.get(schema, ...) != self.catalog.databases[schema]:
+                    out.append(Entry(file, end, self.gtid, schema, None, self.catalog.databases[schema]))
+        return out
