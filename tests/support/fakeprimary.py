@@ -99,6 +99,8 @@ from tests.support.fakewire import (
     native_password_token,
     ok_packet,
     rotate_event,
+    select_values,
+    top_level,
 )
 
 # ----------------------------------------------------------------------------- records
@@ -191,6 +193,11 @@ class FakePrimary:
             not set ``@source_binlog_checksum``/``@master_binlog_checksum`` to the algorithm.
         schemas: ``{(schema, table): [(COLUMN_NAME, COLUMN_TYPE, DATA_TYPE, collation id), ...]}``
             for information_schema lookups (others return no rows).
+        read_only: ``@@read_only`` (the attribute may be changed at any time).
+
+    ``SELECT`` lists of ``@@read_only``, ``@@gtid_executed``, ``@@gtid_purged`` (the first file's
+    PREVIOUS_GTIDS when ``check_purged``), string literals, ``GTID_SUBSET(a, b)`` and ``GTID_SUBTRACT(a, b)``
+    are evaluated (the failover probe's questions).
     """
 
     def __init__(self, files: BinlogFile | Sequence[BinlogFile], *, user: str = "repl", password: str = "replpass",
@@ -201,7 +208,7 @@ class FakePrimary:
                  stall_after: int | None = None, close_after: int | None = None,
                  fault_dumps: Container[int] | None = (0,), check_purged: bool = True,
                  require_checksum_ack: bool = True, schemas: dict | None = None,
-                 auth_plugin: str = "mysql_native_password"):
+                 auth_plugin: str = "mysql_native_password", read_only: bool = False):
         self.files = [files] if isinstance(files, BinlogFile) else list(files)
         if not self.files:
             raise ValueError("at least one binlog file")
@@ -218,6 +225,7 @@ class FakePrimary:
         self.fault_dumps = fault_dumps
         self.check_purged, self.require_checksum_ack = check_purged, require_checksum_ack
         self.schemas = schemas or {}
+        self.read_only = read_only
         self.connections: list[ConnectionRecord] = []
         self.dumps: list[DumpRequest] = []
         self.port: int | None = None
@@ -264,6 +272,11 @@ class FakePrimary:
         for f in self.files:
             out.update(f.gtids)
         return out
+
+    @property
+    def purged(self) -> Intervals:
+        """``@@gtid_purged``: the first file's PREVIOUS_GTIDS when ``check_purged`` (else nothing)."""
+        return self.files[0].previous_gtids if self.check_purged else Intervals()
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -505,6 +518,14 @@ class _Conn:
             await self.result_set([("1", TYPE_LONGLONG)], [(1,)])
         elif re.match(r"(?is)^SELECT\s+@@global\.gtid_binlog_pos$", text):
             await self.send_err(1, ER_UNKNOWN_SYSTEM_VARIABLE, "Unknown system variable 'gtid_binlog_pos'")
+        elif (m := re.match(r"(?is)^SELECT\s+(.+)$", text)) and (row := select_values(m.group(1), {
+                "read_only": int(s.read_only), "gtid_executed": s.executed.text() if s.gtid_mode else "",
+                "gtid_purged": s.purged.text()})) is not None:
+            if isinstance(row, ValueError):
+                await self.send_err(1, 1772, f"Malformed GTID set specification: {row}")
+                return
+            await self.result_set([(item, TYPE_LONGLONG if isinstance(v, int) else TYPE_VAR_STRING)
+                                   for item, v in zip(top_level(m.group(1)), row)], [tuple(row)])
         elif re.match(r"(?is)^SET\s", text):
             try:
                 self.assign(text[3:].strip())
@@ -753,3 +774,4 @@ class _Conn:
             return max(0.0, float(ns or 0) / 1e9)
         except (TypeError, ValueError):
             return 0.0
+

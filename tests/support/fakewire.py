@@ -241,6 +241,26 @@ class Intervals:
         return f"Intervals({self.text()!r})"
 
     @classmethod
+    def parse(cls, text: str) -> Intervals:
+        """Parse MySQL's text form (``uuid:1-5:7:tag:1-2,uuid2:3``; whitespace and newlines ignored)."""
+        out = cls()
+        for part in "".join(text.split()).split(","):
+            if not part:
+                continue
+            sid, *rest = part.split(":")
+            if not rest or not re.fullmatch(r"[0-9a-fA-F-]{32,36}", sid):
+                raise ValueError(f"not a GTID set entry: {part!r}")
+            tag = ""
+            for item in rest:
+                if m := re.fullmatch(r"(\d+)(?:-(\d+))?", item):
+                    out.add(sid, tag, int(m.group(1)), int(m.group(2) or m.group(1)) + 1)
+                elif re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]{0,31}", item):
+                    tag = item
+                else:
+                    raise ValueError(f"not a GTID set entry: {part!r}")
+        return out
+
+    @classmethod
     def decode(cls, raw: bytes) -> Intervals:
         """Decode the binary set of COM_BINLOG_DUMP_GTID / PREVIOUS_GTIDS (untagged or tagged format)."""
         (head,) = struct.unpack_from("<Q", raw, 0)
@@ -444,3 +464,48 @@ def _patch(raw: bytes, crc: bool, *, flags_clear: int = 0, log_pos: int | None =
     return bytes(b)
 
 
+# ----------------------------------------------------------------------------- SELECT lists
+
+
+def select_values(items: str, variables: dict[str, int | str]) -> list | ValueError | None:
+    """Evaluate a SELECT list of ``@@[global.]<name>`` from ``variables``, string literals, ``GTID_SUBSET(a, b)``
+    and ``GTID_SUBTRACT(a, b)`` (as MySQL does, on :class:`Intervals`). Returns the row, None when an item is
+    something else, or the ValueError of a malformed GTID set."""
+    try:
+        row = [_select_value(item, variables) for item in top_level(items)]
+    except ValueError as exc:
+        return exc
+    return None if None in row else row
+
+
+def _select_value(expr: str, variables: dict[str, int | str]) -> int | str | None:
+    e = expr.strip()
+    if m := re.fullmatch(r"(?is)GTID_(SUBSET|SUBTRACT)\s*\((.*)\)", e):
+        args = [_select_value(a, variables) for a in top_level(m.group(2))]
+        if len(args) != 2 or not all(isinstance(a, str) for a in args):
+            return None
+        missing = Intervals.parse(args[0]).missing_from(Intervals.parse(args[1]))
+        return int(not missing) if m.group(1).upper() == "SUBSET" else missing.text()
+    if m := re.fullmatch(r"(?i)@@(?:global\.)?(\w+)", e):
+        return variables.get(m.group(1).lower())
+    if len(e) >= 2 and e[0] == e[-1] == "'":
+        return e[1:-1]
+    return None
+
+
+def top_level(text: str) -> list[str]:
+    """Split ``text`` at the commas outside parentheses and quotes."""
+    parts, cur, depth, quote = [], "", 0, None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+            continue
+        cur += ch
+    return [*parts, cur.strip()]
