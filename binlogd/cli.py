@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from datetime import datetime, timezone
 
@@ -18,6 +19,7 @@ from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.serialize import dumps, event_to_dict, flatten
 
 from . import filetools
+from .schema import cli as schema_cli
 from .textformat import format_event
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -56,9 +58,18 @@ def cmd_info(args) -> int:
 
 
 def cmd_dump(args) -> int:
+    from binlogd.schema.cli import dump_tracker
+
+    try:  # names the columns of MINIMAL/NO_LOG metadata from the DDL the files hold (and a saved history)
+        schema = dump_tracker(args.schema_history, args.files[0], args.start_position)
+    except (BinlogError, OSError) as exc:
+        _error(args.schema_history, exc)
+        return EXIT_BAD_INPUT
     for path in args.files:
+        name = os.path.basename(path)
         try:
-            for event in filetools.dump_events(path, args.start_position, args.stop_position):
+            for event in filetools.dump_events(path, args.start_position, args.stop_position, schema.lookup):
+                schema.observe(event, name, event.header.pos + event.header.event_length)
                 ts = event.header.timestamp
                 if args.stop_datetime is not None and ts >= args.stop_datetime and ts:
                     break
@@ -124,7 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-position", type=int, help="stop before the event at or after this offset")
     p.add_argument("--start-datetime", type=_datetime, help="skip events before this time (UTC)")
     p.add_argument("--stop-datetime", type=_datetime, help="stop at the first event at or after this time (UTC)")
+    p.add_argument("--schema-history", metavar="FILE",
+                   help="a schema history (binlogd schema build, or the daemon's) naming columns before the files' DDL")
     p.set_defaults(func=cmd_dump)
+    schema_cli.add_parser(sub)
     p = sub.add_parser("run", help="the daemon: tail a primary, write change events, serve /metrics")
     p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key")

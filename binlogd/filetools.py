@@ -245,10 +245,11 @@ def mapped(path: str | os.PathLike) -> memoryview:
 
 
 def dump_events(path: str | os.PathLike, start_position: int | None = None,
-                stop_position: int | None = None) -> Iterator[Event]:
+                stop_position: int | None = None, schema_source=None) -> Iterator[Event]:
     """Decode the events of one file from ``start_position`` (an event boundary) to before ``stop_position``.
 
     Consume each event before asking for the next: rows are decoded lazily from the mapped file.
+    ``schema_source`` names the columns of TABLE_MAPs without names (see :class:`Decoder`).
 
     Raises:
         BinlogError: bad magic, truncation, checksum or decode errors, naming the offset.
@@ -256,7 +257,7 @@ def dump_events(path: str | os.PathLike, start_position: int | None = None,
     view = mapped(path)
     if len(view) < 4 and MAGIC.startswith(bytes(view)):
         raise TruncatedError(f"file is {len(view)} bytes, shorter than the binlog magic", 0)
-    yield from iter_events(view, Decoder(), start=start_position or 4, stop=stop_position)
+    yield from iter_events(view, Decoder(schema_source=schema_source), start=start_position or 4, stop=stop_position)
 
 
 __all__ = ["BinlogInfo", "BinlogError", "dump_events", "info"]

@@ -225,6 +225,28 @@ def expand_comments(sql: str, mariadb: bool = True, version: int = 999999, ansi_
     return "".join(out).strip().rstrip(";").strip()
 
 
+def split_statements(text: str) -> list[str]:
+    """The statements of an SQL script, split at semicolons outside quotes and comments (empty ones dropped)."""
+    out, i, begin, n = [], 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "'\"`":
+            i = _quoted_end(text, i)
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        elif ch == "#" or text.startswith("-- ", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        else:
+            if ch == ";":
+                out.append(text[begin:i])
+                begin = i + 1
+            i += 1
+    out.append(text[begin:])
+    return [s.strip() for s in out if s.strip()]
+
+
 # ------------------------------------------------------------------ entry point
 
 _FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")

@@ -1,0 +1,122 @@
+"""Command-line side of the schema history: ``binlogd schema build`` and the tracker ``binlogd dump`` uses.
+
+``binlogd schema build FILE… --out HISTORY [--seed SQL]`` reads binlog files in order, follows their
+DDL and writes the history they describe (``--seed``: a file of ``SHOW CREATE TABLE`` /
+``CREATE DATABASE`` statements, ``USE db;`` allowed, describing the tables as they were before the
+first file). Exit codes: 0 written; 1 bad input (a binlog, the seed or a history that cannot be read,
+naming it); 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import sys
+from pathlib import Path
+
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.reader import iter_events
+
+from . import ddl
+from .history import Entry, SchemaHistoryError, SchemaTracker, read_history
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 1
+
+
+def _warn(message: str) -> None:
+    print(f"binlogd: {message}", file=sys.stderr)
+
+
+def dump_tracker(history: str | None, first_file: str, start: int | None) -> SchemaTracker:
+    """The tracker ``binlogd dump`` names columns with: empty, or a saved history applied up to the
+    first file's start position (its later entries are applied as the dump reaches them).
+
+    Raises:
+        SchemaHistoryError, OSError: the history cannot be read.
+    """
+    tracker = SchemaTracker(read_history(history) if history else (), warn=_warn)
+    tracker.start_at(os.path.basename(first_file), start or 4)
+    return tracker
+
+
+def seed_entries(tracker: SchemaTracker, text: str, file: str, pos: int) -> list[Entry]:
+    """Apply a seed (SQL statements: CREATE DATABASE, CREATE TABLE as SHOW CREATE TABLE prints it, USE)
+    as the state at ``file:pos``; return its history entries.
+
+    Raises:
+        SchemaHistoryError: a statement of the seed cannot be parsed (naming it).
+    """
+    db, out = "", []
+    for statement in ddl.split_statements(text):
+        words = statement.split(None, 1)
+        if words[0].upper() == "USE" and len(words) == 2:
+            db = words[1].strip().strip("`")
+            continue
+        for change in ddl.parse(statement, db):
+            if isinstance(change, ddl.Unparsed):
+                raise SchemaHistoryError(f"seed statement not understood ({change.reason}): {statement[:120]}")
+            before = dict(tracker.catalog.databases)
+            for state in tracker.catalog.apply(change).values():
+                if not isinstance(state, str):
+                    out.append(tracker.record(state, file, pos, "seed"))
+            for schema, charset in tracker.catalog.databases.items():
+                if before.get(schema, ...) != charset:
+                    out.append(tracker.record_database(schema, charset, file, pos, "seed"))
+    return out
+
+
+def build(files: list[str], seed: str | None = None) -> list[Entry]:
+    """The history entries of a run of binlog files (in the order given), after an optional seed file.
+
+    Raises:
+        BinlogError: a file is not a readable binlog, or the seed cannot be parsed.
+        OSError: a file cannot be read.
+    """
+    tracker = SchemaTracker(warn=_warn)
+    entries = seed_entries(tracker, Path(seed).read_text(), os.path.basename(files[0]), 4) if seed else []
+    for path in files:
+        name = os.path.basename(path)
+        with open(path, "rb") as fh:
+            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
+        for event in iter_events(data, Decoder(rows=False)):
+            entries.extend(tracker.observe(event, name, event.header.pos + event.header.event_length))
+    return entries
+
+
+def cmd_schema(args) -> int:
+    """``binlogd schema build``: write the history of ``args.files`` to ``args.out``."""
+    try:
+        entries = build(args.files, args.seed)
+    except (BinlogError, OSError, UnicodeDecodeError) as exc:
+        message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = getattr(exc, "filename", None) or ""
+        print(f"binlogd: {where + ': ' if where else ''}{message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(b"".join(e.to_json() for e in entries))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except OSError as exc:
+        print(f"binlogd: {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    tables = {(e.schema, e.table) for e in entries if e.table is not None}
+    print(f"binlogd: {len(entries)} entries for {len(tables)} tables written to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def add_parser(sub) -> None:
+    """Register ``schema build`` on the CLI's subparsers."""
+    p = sub.add_parser("schema", help="schema history: column names at every binlog position")
+    schema_sub = p.add_subparsers(dest="schema_command", required=True)
+    b = schema_sub.add_parser("build", help="build a schema history from binlog files (their DDL)",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("files", nargs="+", help="binlog files, oldest first")
+    b.add_argument("--out", required=True, help="the history file to write (JSON lines)")
+    b.add_argument("--seed", help="SQL file of SHOW CREATE TABLE statements: the tables before the first file")
+    b.set_defaults(func=cmd_schema)
