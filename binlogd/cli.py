@@ -1,6 +1,6 @@
 """The ``binlogd`` command line: ``info``, ``dump``, ``run``, ``demo``, ``spark``.
 
-Exit codes of info/dump: 0 success; 1 the input is bad (not a binlog, truncated,
+Exit codes of info/dump/sql: 0 success; 1 the input is bad (not a binlog, truncated,
 corrupt, unreadable); 2 usage error. ``run`` uses the codes in
 :mod:`daemon.service` (0 stopped, 2 config, 3 auth, 4 unreachable, 5 binlog
 missing (ERR 1236), 6 primary misconfigured, 7 undecodable stream, 8 checkpoint
@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.serialize import dumps, event_to_dict, flatten
 
-from . import filetools
+from . import filetools, sqlout
 from .schema import cli as schema_cli
 from .textformat import format_event
 
@@ -75,9 +75,10 @@ def cmd_dump(args) -> int:
                     break
                 if args.start_datetime is not None and ts < args.start_datetime:
                     continue
+                end = event.header.pos + event.header.event_length  # inner payload events share it
                 for item in flatten(event):
                     if args.json:
-                        _out(dumps(event_to_dict(item, path)) + b"\n")
+                        _out(dumps(event_to_dict(item, path, end)) + b"\n")
                     else:
                         _out(format_event(item).encode("utf-8", "backslashreplace") + b"\n")
         except (BinlogError, OSError) as exc:
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a schema history (binlogd schema build, or the daemon's) naming columns before the files' DDL")
     p.set_defaults(func=cmd_dump)
     schema_cli.add_parser(sub)
+    p = sub.add_parser("sql", help="SQL to replay binlogs (point-in-time recovery) or undo their row changes")
+    sqlout.add_arguments(p, _datetime)
+    p.set_defaults(func=sqlout.run)
     p = sub.add_parser("run", help="the daemon: tail a primary, write change events, serve /metrics")
     p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key")

@@ -4,8 +4,10 @@
 last event from the end: a binlog that a ROTATE or STOP closes ends with an
 event whose ``next_position`` equals the file size and whose length reaches
 back to its own start, which (with its CRC32 when the file has one) pins it
-down without reading what lies between. The same test steps back event by
-event to the last GTID. Files without such an ending (still being written,
+down without reading what lies between. The last GTID is the highest GTID
+event header from which the events' lengths lead to that closing event (walked
+forwards: MariaDB 11.4+ logs next_position 0 inside transactions, so they cannot
+be stepped back one by one). Files without such an ending (still being written,
 truncated, relay logs, v1/v3) fall back to a header walk, reported as
 ``method: "scan"``.
 """
@@ -27,10 +29,12 @@ from binlogd.protocol.primitives import crc32
 from binlogd.protocol.reader import check_magic, iter_events
 
 _GTID_TYPES = {ET.GTID, ET.GTID_TAGGED, ET.MARIADB_GTID}
+_GTID_CODES = [bytes([tc]) for tc in _GTID_TYPES]
 _CLOSING_TYPES = {ET.ROTATE, ET.STOP}
 _PREAMBLE_TYPES = {ET.PREVIOUS_GTIDS, ET.MARIADB_GTID_LIST, ET.BINLOG_CHECKPOINT, ET.IGNORABLE}
 _FORWARD_EVENTS = 64          # preamble events read from the start looking for the first GTID
-_BACKWARD_EVENTS = 4096       # events stepped back from the end looking for the last GTID
+_BACKWARD_EVENTS = 4096       # events of the last transaction walked from its GTID to the end
+_BACKWARD_BYTES = 64 << 20    # bytes read back from the end looking for the last GTID
 
 
 @dataclass
@@ -187,20 +191,45 @@ def _closing_event(f: _File, decoder: Decoder) -> Event | None:
 
 
 def _last_gtid_backward(f: _File, decoder: Decoder, end: int) -> str | None:
-    """Step back event by event from ``end`` to the last GTID event (bounded by event count)."""
+    """The GTID of the last transaction before ``end`` (the closing event's start), found from the end.
+
+    The last GTID event is the highest offset holding a GTID event header (a GTID type, a length that
+    fits, a logged next_position equal to its end, its CRC32 when the file has them) from which the
+    events' lengths lead exactly to ``end``. The events in between are walked forwards: MariaDB 11.4+
+    logs next_position 0 inside transactions, so they cannot be found backwards one by one. Reads back
+    at most _BACKWARD_BYTES; None when no GTID is found there (the caller then scans).
+    """
     crc = decoder.checksum_alg == CHECKSUM_CRC32
     tail = _Tail(f, end)
+    hi = end - 19  # the highest start not yet tried
+    while True:
+        lo = tail.lo
+        q = lo + max(tail.buf.rfind(code, 4, hi - lo + 5) for code in _GTID_CODES) - 4  # type byte at q + 4
+        if q < lo:
+            hi = min(hi, lo - 1)
+            if end - lo >= _BACKWARD_BYTES or not tail.extend(max(4096, end - lo)):
+                return None
+            continue
+        hi = q - 1
+        view = memoryview(tail.buf)[q - lo:end - lo]
+        length, logged = HEADER_V4.unpack_from(view, 0)[3:5]
+        if 19 <= length <= len(view) and logged == q + length and _leads_to_end(view, length) and not (
+                crc and crc32(view[:length - 4]) != int.from_bytes(view[length - 4:length], "little")):
+            return _gtid_text(decoder.decode(view[:length], q))
+
+
+def _leads_to_end(view: memoryview, p: int) -> bool:
+    """True when the event lengths from ``view[p:]`` on lead exactly to the end of ``view``."""
     for _ in range(_BACKWARD_EVENTS):
-        start = tail.event_ending_at(end, crc) if end > 4 else None
-        if start is None:
-            return None
-        tc = tail.buf[start - tail.lo + 4]
-        if tc in _GTID_TYPES:
-            return _gtid_text(decoder.decode(tail.buf[start - tail.lo:end - tail.lo], start))
-        if tc == ET.FORMAT_DESCRIPTION:
-            return None
-        end = start
-    return None
+        if p == len(view):
+            return True
+        if p + 19 > len(view):
+            return False
+        length = int.from_bytes(view[p + 9:p + 13], "little")
+        if length < 19:
+            return False
+        p += length
+    return False
 
 
 def _scan(f: _File, result: BinlogInfo) -> BinlogInfo:

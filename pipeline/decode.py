@@ -208,9 +208,10 @@ class EventRows(Rows):
         if xid is not None and self.txn_start is not None:
             self.txn_xid = xid
         file, extra, append = self.file, self._extra, self._append
+        end = event.header.pos + event.header.event_length  # as dump --json: real offsets, inner events the payload's
         for index, item in enumerate(flatten(event)):
             h = item.header
-            append([file, h.pos, h.next_position, h.timestamp, h.type_name, h.server_id, h.event_length, gtid,
+            append([file, h.pos, end, h.timestamp, h.type_name, h.server_id, h.event_length, gtid,
                     _signed64(_own_xid(item)), None if index == 0 else index - 1, *extra])
         if ended:
             self._close_transaction()

@@ -57,15 +57,20 @@ def rows_to_json(event: E.RowsEvent) -> list:
     return event.rows
 
 
-def event_to_dict(event: E.Event, file: str | None = None) -> dict:
+def event_to_dict(event: E.Event, file: str | None = None, next_pos: int | None = None) -> dict:
     """One event as the stable JSON object of ``binlogd dump --json``.
 
     Keys: file, pos, next_pos, timestamp, type, server_id, then the event's own
     fields. Row events add schema, table and rows; TABLE_MAP's columns are
     objects; a TRANSACTION_PAYLOAD gives ``event_count`` (its events follow it).
+    ``pos`` is ``header.pos``; ``next_pos`` defaults to ``pos + event_length``, the real
+    offset after the event, never the header's next_position (0 inside a transaction on
+    MariaDB 11.4+, the primary's offsets in a relay log). An event inside a
+    TRANSACTION_PAYLOAD has its payload's pos: pass the payload's end as ``next_pos``.
     """
     h = event.header
-    out = {"file": file, "pos": h.pos, "next_pos": h.next_position, "timestamp": h.timestamp,
+    next_pos = h.pos + h.event_length if next_pos is None else next_pos
+    out = {"file": file, "pos": h.pos, "next_pos": next_pos, "timestamp": h.timestamp,
            "type": h.type_name, "server_id": h.server_id}
     if isinstance(event, E.RowsEvent):
         out.update(schema=event.schema, table=event.table, table_id=event.table_id, flags=event.flags,
