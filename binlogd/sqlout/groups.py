@@ -1,0 +1,313 @@
+"""Binlog files as transactions: the unit ``binlogd sql`` selects, replays and inverts.
+
+A :class:`Group` is one transaction, or one statement the server logged by itself (DDL, a statement
+on a non-transactional table). It starts at a GTID, a BEGIN, or the first context event of a
+statement (INTVAR, RAND, USER_VAR, TABLE_MAP, ANNOTATE_ROWS); it ends at XID, COMMIT, ROLLBACK,
+XA PREPARE, a DDL (an implicit commit), the statement of a group that has no BEGIN, or a rows event
+ending a statement logged without BEGIN (5.1 non-transactional tables). The events inside a
+TRANSACTION_PAYLOAD are taken as if they stood in the file.
+
+:func:`select` applies the range options to the groups of a sequence of files: a range that starts
+inside a transaction takes the whole transaction, one that stops inside a transaction leaves it out,
+and both corrections are reported through ``notice``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from binlogd import filetools
+from binlogd.protocol import events as E
+from binlogd.protocol.bodies import mariadb_uncompress
+from binlogd.protocol.constants import CHECKSUM_CRC32, LOG_EVENT_IGNORABLE_F
+from binlogd.protocol.constants import EventType as ET
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.gtid import Gtid, MariadbGtid, MysqlGtidSet
+from binlogd.protocol.reader import iter_events
+from binlogd.protocol.rows import STMT_END_F
+from binlogd.schema.history import SchemaTracker
+
+from .errors import SqlOutError
+
+_CONTEXT = (E.IntvarEvent, E.RandEvent, E.UserVarEvent, E.TableMapEvent, E.RowsQueryEvent)
+_SKIPPED = (E.FormatDescriptionEvent, E.RotateEvent, E.StopEvent, E.PreviousGtidsEvent, E.MariadbGtidListEvent,
+            E.BinlogCheckpointEvent, E.HeartbeatEvent, E.IgnorableEvent, E.TransactionContextEvent,
+            E.ViewChangeEvent)
+_LOAD = (E.LoadBlockEvent, E.LoadFileEvent, E.LegacyLoadEvent, E.ExecuteLoadQueryEvent)
+
+
+def statement_kind(text: str) -> str:
+    """The first words of a statement, upper-cased, comments and parentheses stripped (``"BEGIN"``…)."""
+    return text.lstrip(" \t\r\n(/*").upper()
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A QUERY event with its statement text exactly as logged (raw bytes as surrogate-escaped str)."""
+
+    event: E.QueryEvent
+    text: str
+
+
+@dataclass
+class Group:
+    """One transaction, or one statement logged by itself.
+
+    Fields:
+        file: the binlog file (as given). start: offset of its first event; end: offset after its last.
+        events: its events in order (QUERY events as :class:`Statement`; BEGIN and the end are not kept).
+        gtid: the GTID (``Gtid`` or ``MariadbGtid``) or None. began: logged with BEGIN (or as a
+        MariaDB transaction): replayed inside BEGIN…COMMIT. closer: "COMMIT", "ROLLBACK" or the
+        XA statement that ended it; None for a statement by itself.
+        first_ts, last_ts: the first event's timestamp and the latest one.
+        flavor: "mariadb" or "mysql", from the file's FORMAT_DESCRIPTION.
+    """
+
+    file: str
+    start: int
+    flavor: str
+    end: int = 0
+    events: list = field(default_factory=list)
+    gtid: Gtid | MariadbGtid | None = None
+    began: bool = False
+    standalone: bool = False
+    closer: str | None = None
+    first_ts: int = 0
+    last_ts: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.start}"
+
+
+def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> str:
+    """The statement bytes of a QUERY (or QUERY_COMPRESSED) event in the file, as surrogate-escaped str:
+    the decoder's text has escaped the bytes its character set does not decode."""
+    h = event.header
+    body = h.pos + decoder.header_len
+    post = decoder.post_header_len(ET.QUERY)
+    status_len = int.from_bytes(view[body + 11:body + 13], "little") if post >= 13 else 0
+    start = body + post + status_len + view[body + 8] + 1
+    end = h.pos + h.event_length - (4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)
+    raw = bytes(view[start:end])
+    if h.type_code == ET.QUERY_COMPRESSED:
+        raw = mariadb_uncompress(memoryview(raw))
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None = None) -> Iterator[Group]:
+    """The groups of one binlog file, in order; a group the file ends inside is reported and left out.
+
+    ``tracker`` (a schema history) names the columns of TABLE_MAPs that carry no names, and follows
+    the DDL of the file.
+
+    Raises:
+        SqlOutError: the file is not a binlog, is truncated or corrupt; an INCIDENT, LOAD DATA, or an
+            event type nobody may skip (each naming the file and offset).
+        OSError: the file cannot be read.
+    """
+    try:
+        yield from _file_groups(path, notice, tracker)
+    except SqlOutError:
+        raise
+    except BinlogError as exc:
+        raise SqlOutError(f"{path}: {exc}") from exc
+
+
+def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None) -> Iterator[Group]:
+    view = filetools.mapped(path)
+    decoder = Decoder(schema_source=tracker.lookup if tracker is not None else None)
+    name = Path(path).name
+    flavor = "mysql"
+    cur: Group | None = None
+    for event in iter_events(view, decoder):
+        h = event.header
+        end = h.pos + h.event_length
+        if tracker is not None:
+            tracker.observe(event, name, end)
+        if isinstance(event, E.FormatDescriptionEvent):
+            flavor = "mariadb" if "mariadb" in event.server_version.lower() else "mysql"
+        inner = event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)
+        for e in inner:
+            if e is event and h.type_code in (ET.QUERY, ET.QUERY_COMPRESSED):
+                e = Statement(e, _raw_statement(view, e, decoder))
+            elif isinstance(e, E.QueryEvent):
+                e = Statement(e, e.query)
+            cur, done = _step(cur, e, path, flavor, end, notice)
+            if done is not None:
+                yield done
+    if cur is not None:
+        notice(f"{path}: the file ends inside the transaction at {cur.start}: it is left out")
+
+
+def _open(cur: Group | None, e: E.Event, path: str, flavor: str) -> Group:
+    return cur if cur is not None else Group(path, e.header.pos, flavor, first_ts=e.header.timestamp)
+
+
+def _step(cur: Group | None, e, path: str, flavor: str, end: int,
+          notice: Callable[[str], None]) -> tuple[Group | None, Group | None]:
+    """Account for one event: (the group open after it, the group it completed or None)."""
+    ev = e.event if isinstance(e, Statement) else e
+    h = ev.header
+    if isinstance(ev, _SKIPPED) or (isinstance(ev, E.UnknownEvent) and h.flags & LOG_EVENT_IGNORABLE_F):
+        return cur, None
+    if isinstance(ev, (E.GtidEvent, E.MariadbGtidEvent)):
+        if cur is not None:
+            notice(f"{path}:{h.pos}: a GTID before the transaction at {cur.start} ended: that one is left out")
+        g = Group(path, h.pos, flavor, first_ts=h.timestamp)
+        if isinstance(ev, E.MariadbGtidEvent):
+            g.gtid = MariadbGtid(ev.domain_id, h.server_id, ev.seq_no)
+            g.began, g.standalone = not ev.standalone, ev.standalone
+        elif ev.gtid is not None:
+            g.gtid = Gtid(ev.sid, ev.gno, ev.tag)
+        return g, None
+    if isinstance(ev, E.IncidentEvent):
+        raise SqlOutError(f"{path}:{h.pos}: INCIDENT ({ev.message or ev.incident}): the primary lost changes "
+                          "here, so no replay past it can be right")
+    if isinstance(ev, _LOAD):
+        raise SqlOutError(f"{path}:{h.pos}: {h.type_name}: LOAD DATA cannot be replayed as SQL by binlogd sql "
+                          "(its file is inside the binlog); use mariadb-binlog/mysqlbinlog for this range")
+    if isinstance(ev, E.UnknownEvent):
+        raise SqlOutError(f"{path}:{h.pos}: unknown event type {h.type_code} (not marked ignorable)")
+    cur = _open(cur, ev, path, flavor)
+    cur.last_ts = max(cur.last_ts, h.timestamp)
+    if isinstance(ev, E.XidEvent):
+        return None, _close(cur, "COMMIT", end)
+    if isinstance(ev, E.XaPrepareEvent):
+        xid = f"X'{ev.gtrid.hex()}',X'{ev.bqual.hex()}',{ev.format_id}"
+        return None, _close(cur, f"XA COMMIT {xid} ONE PHASE" if ev.one_phase else f"XA PREPARE {xid}", end)
+    if isinstance(ev, E.RowsEvent):
+        cur.events.append(ev)
+        if ev.flags & STMT_END_F and not cur.began:
+            return None, _close(cur, "COMMIT", end)  # a statement logged without BEGIN (5.1)
+        return cur, None
+    if isinstance(ev, _CONTEXT):
+        cur.events.append(ev)
+        return cur, None
+    if isinstance(e, Statement):
+        kind = statement_kind(e.text)
+        if kind.startswith("BEGIN"):
+            cur.began = True
+            return cur, None
+        if kind.startswith(("COMMIT", "ROLLBACK")) and not kind.startswith("ROLLBACK TO"):
+            return None, _close(cur, "ROLLBACK" if kind.startswith("ROLLBACK") else "COMMIT", end)
+        cur.events.append(e)
+        if kind.startswith("XA START"):
+            cur.began = True
+        elif kind.startswith(("XA COMMIT", "XA ROLLBACK")) or not cur.began or cur.standalone:
+            return None, _close(cur, None, end)  # DDL or a statement by itself
+        elif kind.startswith("XA PREPARE"):
+            return None, _close(cur, None, end)
+        return cur, None
+    raise SqlOutError(f"{path}:{h.pos}: {h.type_name} events are not supported by binlogd sql")
+
+
+def _close(g: Group, closer: str | None, end: int) -> Group:
+    g.closer, g.end = closer, end
+    return g
+
+
+def check_sequence(paths: list[str]) -> None:
+    """Each file must follow the one before it: named by its closing ROTATE, else the next number.
+
+    Raises:
+        SqlOutError: a file is missing between two, or they are out of order.
+        BinlogError, OSError: a file cannot be read as a binlog.
+    """
+    for prev, path in zip(paths, paths[1:]):
+        try:
+            nxt = filetools.info(prev).next_file
+        except BinlogError as exc:
+            raise SqlOutError(f"{prev}: {exc}") from exc
+        name = Path(path).name
+        if nxt is not None and Path(nxt).name != name:
+            raise SqlOutError(f"{prev} rotates to {nxt}, but the next file given is {path}: "
+                              f"{nxt} is missing or the files are out of order")
+        if nxt is None and not _numbered_successor(Path(prev).name, name):
+            raise SqlOutError(f"{path} does not follow {prev} ({prev} ends without a ROTATE and {name} "
+                              "is not its next number): a file is missing or the files are out of order")
+
+
+def _numbered_successor(prev: str, name: str) -> bool:
+    a, b = re.fullmatch(r"(.*)\.(\d+)", prev), re.fullmatch(r"(.*)\.(\d+)", name)
+    return bool(a and b and a.group(1) == b.group(1) and int(b.group(2)) == int(a.group(2)) + 1)
+
+
+@dataclass
+class Range:
+    """The range options. Positions apply to the first file (start) and the last (stop); datetimes
+    are unix seconds; ``gtids`` keeps only the transactions it holds (see :func:`parse_gtids`)."""
+
+    start_position: int | None = None
+    stop_position: int | None = None
+    start_datetime: int | None = None
+    stop_datetime: int | None = None
+    gtids: Callable[[Gtid | MariadbGtid | None], bool] | None = None
+
+
+def select(paths: list[str], rng: Range, notice: Callable[[str], None],
+           tracker: SchemaTracker | None = None) -> Iterator[Group]:
+    """The groups of ``paths`` inside ``rng``, whole transactions only (corrections go to ``notice``;
+    ``tracker`` as for :func:`file_groups`).
+
+    Raises:
+        SqlOutError, BinlogError, OSError: as :func:`check_sequence` and :func:`file_groups`.
+    """
+    check_sequence(paths)
+    started = rng.start_position is None and rng.start_datetime is None
+    for index, path in enumerate(paths):
+        first, last = index == 0, index == len(paths) - 1
+        for g in file_groups(path, notice, tracker):
+            if not started:
+                if first and rng.start_position is not None and g.end <= rng.start_position:
+                    continue
+                if rng.start_datetime is not None and g.last_ts < rng.start_datetime:
+                    continue
+                started = True
+                if (first and rng.start_position is not None and g.start < rng.start_position) or (
+                        rng.start_datetime is not None and g.first_ts < rng.start_datetime):
+                    notice(f"{g.where}: the range starts inside this transaction (it ends at {g.end}); "
+                           f"moved to its start, {g.start}")
+            if last and rng.stop_position is not None and g.end > rng.stop_position:
+                if g.start < rng.stop_position:
+                    notice(f"{g.where}: the range stops inside this transaction (it ends at {g.end}); "
+                           "it is left out")
+                return
+            if rng.stop_datetime is not None and g.last_ts >= rng.stop_datetime:
+                if g.first_ts < rng.stop_datetime:
+                    notice(f"{g.where}: the range stops inside this transaction (it commits after the stop "
+                           "time); it is left out")
+                return
+            if rng.gtids is None or rng.gtids(g.gtid):
+                yield g
+
+
+def parse_gtids(text: str) -> Callable[[Gtid | MariadbGtid | None], bool]:
+    """``--include-gtids``: a MySQL GTID set (``uuid:1-5,uuid2:7``), or MariaDB GTIDs and ranges
+    (``0-1-5`` one transaction, ``0-1-5-9`` sequence numbers 5 to 9 of domain 0, server 1), comma separated.
+
+    Returns:
+        A predicate on a group's GTID (None, an anonymous transaction, is never in the set).
+    Raises:
+        SqlOutError: text that is neither form.
+    """
+    if ":" in text:
+        try:
+            gtid_set = MysqlGtidSet.parse(text)
+        except ValueError as exc:
+            raise SqlOutError(f"--include-gtids: {exc}")
+        return lambda gtid: isinstance(gtid, Gtid) and gtid in gtid_set
+    ranges = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)-(\d+)-(\d+)(?:-(\d+))?\s*", item)
+        if not m:
+            raise SqlOutError(f"--include-gtids: {item.strip()!r} is neither a MySQL GTID set nor a MariaDB "
+                              "domain-server-seq (or domain-server-first-last)")
+        lo = int(m.group(3))
+        ranges.append((int(m.group(1)), int(m.group(2)), lo, int(m.group(4) or lo)))
+    return lambda gtid: isinstance(gtid, MariadbGtid) and any(
+        gtid.domain_id == d and gtid.server_id == s and lo <= gtid.seq_no <= hi for d, s, lo, hi in ranges)

@@ -1,0 +1,176 @@
+"""SQL literals for decoded row values, one renderer per column.
+
+The decoder gives every value in its JSON form (DESIGN.md "Values"); a renderer turns that form back
+into a literal the server stores as the same value. Each renderer takes the value (None for NULL) and
+returns SQL text:
+
+- integers, DECIMAL and YEAR as written; DOUBLE as its shortest round-trip repr; FLOAT as the exact
+  double of its float32 (so that ``=`` and ``<=>`` find the stored value);
+- DATE, DATETIME(n), TIME(n) and TIMESTAMP(n) quoted (TIMESTAMPs are UTC: the replay session runs
+  under ``time_zone='+00:00'``); BIT as ``b'…'``; ENUM/SET by value (by index/bitmask when the
+  binlog did not name the values);
+- text quoted and escaped, in UTF-8 (the session's character set), which the server converts to the
+  column's; text of a character set Python cannot decode, binary strings and GEOMETRY as hex
+  (``X'…'``, with the character set's introducer for text);
+- MySQL JSON as ``CAST('…' AS JSON)``; VECTOR with the server's constructor (MySQL
+  ``STRING_TO_VECTOR``, MariaDB ``VEC_FromText``).
+"""
+
+from __future__ import annotations
+
+import struct
+from base64 import b64decode
+from typing import Callable
+
+from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
+from binlogd.protocol.constants import ColumnType as T
+from binlogd.protocol.jsonb import JsonDiff
+from binlogd.protocol.serialize import dumps
+from binlogd.protocol.tablemap import BLOB_TYPES, Column
+
+from .errors import SqlOutError
+
+Render = Callable[[object], str]
+
+BINARY_COLLATION = 63
+_F32 = struct.Struct("<f")
+_ESCAPES = str.maketrans({"\\": "\\\\", "'": "\\'", "\0": "\\0", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"})
+_INTEGERS = frozenset({T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG})
+_QUOTED = frozenset({T.DATE, T.NEWDATE, T.TIME, T.TIME2, T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2})
+_CHARACTER = frozenset({T.STRING, T.VAR_STRING, T.VARCHAR}) | BLOB_TYPES
+# Character sets whose text the decoder hands over decoded; the server converts UTF-8 literals to them.
+_TEXT_CHARSETS = frozenset({"utf8mb3", "utf8mb4", "utf8", "ascii", "latin1"})
+
+
+def ident(name: str) -> str:
+    """A backquoted identifier (backquotes inside doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote(text: str) -> str:
+    """A single-quoted string literal, escaped as mysql_real_escape_string does."""
+    return "'" + text.translate(_ESCAPES) + "'"
+
+
+def _nullable(render: Render) -> Render:
+    def value(v):
+        return "NULL" if v is None else render(v)
+    return value
+
+
+def _integer(v) -> str:
+    return str(v)
+
+
+def _signed_unknown(where: str) -> Render:
+    def value(v):
+        if v < 0:
+            raise SqlOutError(f"{where}: a negative value ({v}) in a column whose signedness the binlog does not "
+                              "record: it may be an UNSIGNED value stored as signed, so no literal is sure")
+        return str(v)
+    return value
+
+
+def _float32(v) -> str:
+    return repr(_F32.unpack(_F32.pack(v))[0])
+
+
+def _bit(v) -> str:
+    return f"b'{v:b}'"
+
+
+def _enum_set(v) -> str:
+    if isinstance(v, int):
+        return str(v)  # the binlog did not name the values: the index / bitmask, which the server accepts
+    return quote(",".join(v) if isinstance(v, list) else v)
+
+
+def _hex(v) -> str:
+    return "X'" + b64decode(v).hex() + "'"
+
+
+def _json(v) -> str:
+    return "CAST(" + quote(dumps(v).decode()) + " AS JSON)"
+
+
+def json_diff_sql(column_sql: str, diffs: list[JsonDiff]) -> str:
+    """A PARTIAL_UPDATE_ROWS column: its JSON diffs applied to the column's current value."""
+    expr = column_sql
+    for d in diffs:
+        if d.op == "REMOVE":
+            expr = f"JSON_REMOVE({expr}, {quote(d.path)})"
+        else:
+            expr = f"JSON_{d.op}({expr}, {quote(d.path)}, {_json(d.value)})"
+    return expr
+
+
+def is_json_diff(value) -> bool:
+    """True when a JSON column's value in an update's after image is a list of diffs, not a document."""
+    return isinstance(value, list) and bool(value) and isinstance(value[0], JsonDiff)
+
+
+def _vector(constructor: str) -> Render:
+    def value(v):
+        return f"{constructor}('[" + ",".join(repr(x) for x in v) + "]')"
+    return value
+
+
+def _text_render(col: Column, where: str, match: bool) -> Render:
+    """Text columns: UTF-8 quoted when the decoder decoded it, else the raw bytes under an introducer."""
+    charset = charset_for_collation(col.collation)
+    if col.collation is None:
+        raise SqlOutError(f"{where}: the binlog does not record the column's character set, so its bytes "
+                          "cannot be told from text")
+    if col.collation == BINARY_COLLATION:
+        return _hex
+    if codec_for_collation(col.collation) is None or charset not in _TEXT_CHARSETS:
+        # utf16/ucs2/sjis/…: Python's mapping may differ from the server's; send the bytes themselves.
+        codec = codec_for_collation(col.collation)
+        intro = "_" + charset + " "
+        if codec is None:
+            return lambda v: intro + _hex(v)
+        return lambda v: intro + "X'" + v.encode(codec, "backslashreplace").hex() + "'"
+    if match:
+        # <=> on a case-insensitive or accent-insensitive collation would match other rows too.
+        return lambda v: quote(v) + " COLLATE utf8mb4_bin"
+    return quote
+
+
+def renderer(col: Column, flavor: str, where: str, match: bool = False) -> Render:
+    """The literal renderer of one column (NULL included).
+
+    Args:
+        col: the column as the TABLE_MAP (and its optional metadata) describes it.
+        flavor: "mariadb" or "mysql": the server that wrote the binlog (VECTOR's constructor).
+        where: ``db.table.column at FILE:POS``, for errors.
+        match: the literal is compared (``<=>``) rather than stored: text compares byte-exact.
+    Raises:
+        SqlOutError: a column whose values cannot be rendered exactly (charset or signedness unknown,
+            a type that cannot appear in a row).
+    """
+    t = col.type
+    if t in _INTEGERS:
+        if col.unsigned is None:
+            return _nullable(_signed_unknown(where))
+        return _nullable(_integer)
+    if t in (T.NEWDECIMAL, T.DECIMAL, T.YEAR, T.DOUBLE):
+        return _nullable(str if t != T.DOUBLE else repr)
+    if t == T.FLOAT:
+        return _nullable(_float32)
+    if t in _QUOTED:
+        return _nullable(quote)
+    if t == T.BIT:
+        return _nullable(_bit)
+    if t in (T.ENUM, T.SET):
+        return _nullable(_enum_set)
+    if t == T.JSON:
+        return _nullable(_json)
+    if t == T.VECTOR:
+        return _nullable(_vector("VEC_FromText" if flavor == "mariadb" else "STRING_TO_VECTOR"))
+    if t == T.GEOMETRY:
+        return _nullable(_hex)
+    if t in _CHARACTER:
+        return _nullable(_text_render(col, where, match))
+    if t == T.NULL:
+        return lambda v: "NULL"
+    raise SqlOutError(f"{where}: column type {int(t)} cannot appear in a row image")
