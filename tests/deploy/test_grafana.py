@@ -54,7 +54,7 @@ def test_importable_dashboard(dashboard):
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${datasource}"
-            assert '{job=~"$job", instance=~"$instance"}' in target["expr"], \
+            assert re.search(r'\{job=~"\$job", instance=~"\$instance"(, \w+="[^"]*")*\}', target["expr"]), \
                 f"{panel['title']}: filtered by the variables"
 
 
