@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import sys
 import tempfile
+import threading
 
 from binlogd.daemon.config import load_config
 from binlogd.daemon.logs import setup_logging
@@ -42,17 +44,17 @@ def _writer(server: LocalServer, stop, rate: float) -> int:
     return count
 
 
-async def _main(args, server: LocalServer, workdir: str) -> int:
-    import threading
-
-    port = 9108
+def _metrics_port() -> int:
+    """9108 when it is free, else any free port."""
     try:
-        import socket
-
-        with socket.create_server(("127.0.0.1", port)):
-            pass
+        with socket.create_server(("127.0.0.1", 9108)):
+            return 9108
     except OSError:
-        port = free_port()
+        return free_port()
+
+
+async def _main(args, server: LocalServer, workdir: str) -> int:
+    port = _metrics_port()
     config = load_config(None, env={}, overrides={
         "source.host": "127.0.0.1", "source.port": str(server.port), "source.user": server.repl_user,
         "source.password": server.repl_password, "source.heartbeat_seconds": "1",
@@ -66,16 +68,18 @@ async def _main(args, server: LocalServer, workdir: str) -> int:
     writer = asyncio.create_task(asyncio.to_thread(_writer, server, stop, args.rate))
     runner = asyncio.create_task(daemon.run())
     try:
-        if args.seconds:
-            await asyncio.wait_for(asyncio.shield(runner), args.seconds)
-        else:
-            await runner
-    except asyncio.TimeoutError:
-        pass
-    stop.set()
-    written = await writer
-    daemon.stop()
-    rc = await runner
+        try:
+            await asyncio.wait_for(asyncio.shield(runner), args.seconds or None)
+        except asyncio.TimeoutError:
+            pass
+        stop.set()
+        written = await writer
+        daemon.stop()
+        rc = await runner
+    finally:
+        # Also on the way out of a second Ctrl-C (the daemon raises SystemExit): asyncio.run waits
+        # for the writer's thread before returning, so it must see ``stop`` or the demo hangs.
+        stop.set()
     log.info("demo: wrote %d transactions; the daemon exited with %d", written, rc)
     return rc
 
