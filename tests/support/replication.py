@@ -14,16 +14,22 @@ Methods: :meth:`Pair.wait_replica` (catch up to the primary, or to a given GTID 
 (the replica becomes the primary; the old one is left as it is: dead, or to be re-pointed), :meth:`Pair.switchover`
 (planned: old primary read-only, replica caught up and promoted, old primary a replica of the new one),
 :meth:`Pair.diverge` (the replica's IO thread stops: what the primary commits next never reaches it),
-:meth:`Pair.follow` (make a server a replica of the current primary).
+:meth:`Pair.follow` (make a server a replica of the current primary). For the daemon: :func:`hosts_overrides`
+(``--set`` values with ``source.hosts``) and :func:`wait_gtids` (the checkpoint covers a server's GTID position).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from binlogd.protocol.gtid import MariadbGtidList
 
 from binlogd.localserver import LocalServer
 from binlogd.serverbins import ServerBinaries
+from tests.support.daemon import base_overrides, read_checkpoint
 
 ROW_ARGS = ("--binlog-row-metadata=FULL", "--gtid-strict-mode=ON", "--log-slave-updates")
 
@@ -142,3 +148,34 @@ def slave_status(server: LocalServer) -> dict:
         cur.execute("SHOW SLAVE STATUS")
         row = cur.fetchone()
         return dict(zip([d[0] for d in cur.description], row)) if row else {}
+
+
+def hosts_overrides(ports, workdir, **extra) -> dict[str, str]:
+    """``--set`` values for a daemon following the servers on 127.0.0.1:``ports`` (in that order) by GTID,
+    with its checkpoint and sink in ``workdir`` (see :func:`tests.support.daemon.base_overrides`)."""
+    out = base_overrides(SimpleNamespace(host="", port=0, repl_user=LocalServer.repl_user,
+                                         repl_password=LocalServer.repl_password), workdir, **extra)
+    del out["source.host"], out["source.port"]
+    out["source.hosts"] = ",".join(f"127.0.0.1:{port}" for port in ports)
+    out.setdefault("source.tls.mode", "disabled")
+    return out
+
+
+def wait_gtids(server: LocalServer, checkpoint: Path, timeout: float = 60.0, daemon=None) -> dict:
+    """Wait until the checkpoint's GTID list covers ``server``'s ``@@gtid_binlog_pos`` (every domain at or past
+    the server's sequence number); the checkpoint is returned. With ``daemon`` (a DaemonProcess), fail at once
+    when it exits. AssertionError on timeout, naming both positions."""
+    target = {g.domain_id: g.seq_no for g in MariadbGtidList.parse(gtid_pos(server)).gtids()}
+    deadline = time.monotonic() + timeout
+    while True:
+        cp = read_checkpoint(checkpoint)
+        have = MariadbGtidList.parse(cp["position"]["gtid_list"]) if cp else MariadbGtidList()
+        if all(have.get(d) is not None and have.get(d).seq_no >= n for d, n in target.items()):
+            return cp
+        if daemon is not None and not daemon.running:
+            raise AssertionError(f"binlogd exited (rc={daemon.proc.returncode}) before reaching {target}; "
+                                 f"stderr:\n{daemon.stderr}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"checkpoint at {have} did not reach {gtid_pos(server)} within {timeout:g}s"
+                                 + (f"; stderr:\n{daemon.stderr}" if daemon else ""))
+        time.sleep(0.05)
