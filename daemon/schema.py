@@ -16,6 +16,7 @@ from binlogd.protocol.tablemap import TableSchema
 _DDL = re.compile(r"^(?:\s|/\*.*?\*/|--[^\n]*\n|#[^\n]*\n)*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b",
                   re.IGNORECASE | re.DOTALL)
 _VALUES = re.compile(r"'((?:[^']|'')*)'")
+_DIMENSIONS = re.compile(r"\((\d+)\)")
 
 
 def is_ddl(statement: str) -> bool:
@@ -87,6 +88,8 @@ class SchemaCache:
                 collations=tuple(int(r[3]) if r[3] is not None else None for r in rows),
                 enum_values=tuple(_value_names(str(r[1])) if k == "enum" else None for r, k in zip(rows, kinds)),
                 set_values=tuple(_value_names(str(r[1])) if k == "set" else None for r, k in zip(rows, kinds)),
+                vector_dimensions=tuple(int(_DIMENSIONS.search(str(r[1]))[1]) if k == "vector" else None
+                                        for r, k in zip(rows, kinds)),
             )
         self._tables[(schema, table)] = result
         return result

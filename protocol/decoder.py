@@ -22,7 +22,7 @@ from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
 from .rowcodec import TableCodec
 from .rows import ROWS_TYPES, decode_rows, undecoded_rows
 from .skim import SkimRun, skim_run
-from .tablemap import TableSchema, apply_schema, decode_table_map
+from .tablemap import TableSchema, apply_schema, decode_table_map, may_hide_vectors
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _FDE_FIXED = 2 + 50 + 4 + 1  # binlog version, server version, create timestamp, header length
@@ -114,7 +114,8 @@ class Decoder:
             (the daemon sets what it negotiated; files start with their FDE).
         verify_checksums: check CRC32 footers (default True).
         schema_source: ``(schema, table) -> TableSchema | None`` for column names
-            when TABLE_MAP carries no optional metadata.
+            when TABLE_MAP carries no optional metadata, and (asked even when it does) for
+            the VECTOR columns MariaDB 11.7+ logs as binary VARCHARs.
         rows: False for readers that take no rows (the raw archive): rows events become
             :class:`protocol.events.UndecodedRowsEvent` (header and flags), and TABLE_MAP,
             ANNOTATE_ROWS and ROWS_QUERY bare :class:`protocol.events.Event`; every event's
@@ -140,6 +141,7 @@ class Decoder:
         self.encrypted_at: int | None = None
         self._post_header = b""
         self._type_permutation: dict[int, int] = {}
+        self._hidden_vectors = False  # MariaDB 11.7+: VECTOR columns are logged as binary VARCHARs
         self._table_cache: dict[bytes, list] = {}
         self._skim_table: tuple[bytes, bytes] | None = None  # (post-header lengths, skim table for them)
 
@@ -309,6 +311,7 @@ class Decoder:
             if self._type_permutation:
                 post = bytes(post[_OLD_TYPE_NUMBERS_INV.get(t, t) - 1] for t in range(1, len(post) + 1))
         self.header_len, self._post_header = header_len, post
+        self._hidden_vectors = "mariadb" in server_version.lower() and version_tuple(server_version) >= (11, 7, 0)
         self.checksum_alg = alg
         self.tables.clear()
         event = E.FormatDescriptionEvent(header, binlog_version, server_version, created, header_len, post, alg)
@@ -324,14 +327,16 @@ class Decoder:
         key = bytes(body[id_size + 2:])
         entry = self._table_cache.get(key)
         if entry is None:
-            _, _, schema, table, cols = decode_table_map(body, id_size)
+            mariadb = self.fde is not None and "mariadb" in self.fde.server_version.lower()
+            _, _, schema, table, cols = decode_table_map(body, id_size, mariadb)
             base = tuple(cols)
             entry = [schema, table, base, base, TableCodec(base), None]
             if len(self._table_cache) >= 4096:
                 self._table_cache.clear()
             self._table_cache[key] = entry
         schema, table, base = entry[0], entry[1], entry[2]
-        if self.schema_source is not None and any(c.name is None for c in base):
+        if self.schema_source is not None and (any(c.name is None for c in base)
+                                               or self._hidden_vectors and may_hide_vectors(base)):
             known = self.schema_source(schema, table)
             if known is not entry[5]:
                 try:

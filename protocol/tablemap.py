@@ -15,10 +15,14 @@ from .errors import EventDecodeError
 from .primitives import need, packed_bytes, packed_len, take, text
 
 MAX_COLUMNS = 4096  # MySQL's limit on columns per table
+BINARY_COLLATION = 63
 NUMERIC_TYPES = frozenset({T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.FLOAT, T.DOUBLE, T.NEWDECIMAL, T.DECIMAL})
 BLOB_TYPES = frozenset({T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB})
 CHARACTER_TYPES = frozenset({T.STRING, T.VAR_STRING, T.VARCHAR}) | BLOB_TYPES
 ENUM_SET_TYPES = frozenset({T.ENUM, T.SET})
+# The columns the optional metadata's charset lists count: MariaDB counts GEOMETRY too (a BLOB inside), MySQL 9
+# counts VECTOR too; a column left out would shift every later column's charset by one.
+CHARSET_LISTED = {True: CHARACTER_TYPES | {T.GEOMETRY}, False: CHARACTER_TYPES | {T.VECTOR}}
 
 # How many metadata bytes each column type has in TABLE_MAP.
 _META_SIZE = {
@@ -69,13 +73,20 @@ class Column:
 
 @dataclass(frozen=True, slots=True)
 class TableSchema:
-    """Column facts a schema source (information_schema) knows; each list is per column."""
+    """Column facts a schema source (information_schema) knows; each list is per column.
+
+    Fields:
+        names, unsigned, collations, enum_values, set_values: as the Column fields of the same names.
+        vector_dimensions: n for a VECTOR(n) column, else None. MariaDB 11.7+ logs a VECTOR as a
+            binary VARCHAR of 4n bytes with nothing in the TABLE_MAP that marks it: only this tells.
+    """
 
     names: tuple[str, ...]
     unsigned: tuple[bool, ...] | None = None
     collations: tuple[int | None, ...] | None = None
     enum_values: tuple[tuple[str, ...] | None, ...] | None = None
     set_values: tuple[tuple[str, ...] | None, ...] | None = None
+    vector_dimensions: tuple[int | None, ...] | None = None
 
     def agrees(self, columns) -> bool:
         """True when this schema may name a TABLE_MAP's ``columns``. Names alone say only how many columns
@@ -103,8 +114,9 @@ def _column_meta(ctype: int, raw: memoryview) -> tuple[int, int | tuple[int, int
     return ctype, raw[0] if len(raw) else 0
 
 
-def decode_table_map(body: memoryview, table_id_size: int) -> tuple[int, int, str, str, list[Column]]:
-    """Decode a TABLE_MAP body (post-header included).
+def decode_table_map(body: memoryview, table_id_size: int,
+                     mariadb: bool = False) -> tuple[int, int, str, str, list[Column]]:
+    """Decode a TABLE_MAP body (post-header included); ``mariadb``: a MariaDB server logged it.
 
     Returns:
         (table_id, flags, schema, table, columns).
@@ -135,7 +147,7 @@ def decode_table_map(body: memoryview, table_id_size: int) -> tuple[int, int, st
         real, meta = _column_meta(ctype, raw)
         columns.append(Column(i, real, meta, bool(null_bits >> i & 1)))
     if pos < len(body):
-        columns = _apply_optional_metadata(columns, body[pos:])
+        columns = _apply_optional_metadata(columns, body[pos:], mariadb)
     return table_id, flags, text(schema_raw), text(table_raw), columns
 
 
@@ -185,10 +197,10 @@ def _charset_map(view: memoryview, selected: list[int]) -> dict[int, int]:
     return result
 
 
-def _apply_optional_metadata(columns: list[Column], view: memoryview) -> list[Column]:
+def _apply_optional_metadata(columns: list[Column], view: memoryview, mariadb: bool = False) -> list[Column]:
     """Fold the TLV optional metadata into the columns."""
     numeric = [c.index for c in columns if c.type in NUMERIC_TYPES]
-    character = [c.index for c in columns if c.type in CHARACTER_TYPES]
+    character = [c.index for c in columns if c.type in CHARSET_LISTED[mariadb]]
     enum_set = [c.index for c in columns if c.type in ENUM_SET_TYPES]
     enums = [c.index for c in columns if c.type == T.ENUM]
     sets = [c.index for c in columns if c.type == T.SET]
@@ -244,8 +256,24 @@ def _apply_optional_metadata(columns: list[Column], view: memoryview) -> list[Co
     return [replace(c, **updates[c.index]) if updates[c.index] else c for c in columns]
 
 
+def may_hide_vectors(columns) -> bool:
+    """True when a MariaDB 11.7+ TABLE_MAP may hold VECTOR columns: binary VARCHARs of 4n bytes."""
+    return any(c.type == T.VARCHAR and c.collation in (BINARY_COLLATION, None) and c.meta and not c.meta % 4
+               for c in columns)
+
+
+def _as_vector(column: Column, dimensions: int | None) -> Column:
+    """``column`` as the VECTOR(dimensions) a schema says it is, when the TABLE_MAP logged it as MariaDB
+    does (a binary VARCHAR of 4 * dimensions bytes; meta becomes the length prefix's size); else unchanged."""
+    if not dimensions or column.type != T.VARCHAR or column.meta != 4 * dimensions \
+            or column.collation not in (BINARY_COLLATION, None):
+        return column
+    return replace(column, type=T.VECTOR, meta=1 if column.meta < 256 else 2, vector_dimensions=dimensions)
+
+
 def apply_schema(columns: tuple[Column, ...], schema: TableSchema) -> tuple[Column, ...]:
-    """Fill what the TABLE_MAP did not carry from a schema source; metadata wins.
+    """Fill what the TABLE_MAP did not carry from a schema source; metadata wins, but a binary VARCHAR
+    the schema calls VECTOR(n) becomes a VECTOR (MariaDB logs nothing else that would say so).
 
     Raises:
         EventDecodeError: when the schema does not agree with the TABLE_MAP (:meth:`TableSchema.agrees`:
@@ -265,4 +293,6 @@ def apply_schema(columns: tuple[Column, ...], schema: TableSchema) -> tuple[Colu
             enum_values=c.enum_values or (schema.enum_values[i] if schema.enum_values else None),
             set_values=c.set_values or (schema.set_values[i] if schema.set_values else None),
         ))
+        if schema.vector_dimensions:
+            out[-1] = _as_vector(out[-1], schema.vector_dimensions[i])
     return tuple(out)
