@@ -82,14 +82,14 @@ class SchemaCache:
         result = None
         if rows:
             kinds = [str(r[2]).lower() for r in rows]
+            dims = tuple(int(_DIMENSIONS.search(str(r[1]))[1]) if k == "vector" else None for r, k in zip(rows, kinds))
             result = TableSchema(
                 names=tuple(r[0] for r in rows),
                 unsigned=tuple("unsigned" in str(r[1]).lower() for r in rows),
                 collations=tuple(int(r[3]) if r[3] is not None else None for r in rows),
                 enum_values=tuple(_value_names(str(r[1])) if k == "enum" else None for r, k in zip(rows, kinds)),
                 set_values=tuple(_value_names(str(r[1])) if k == "set" else None for r, k in zip(rows, kinds)),
-                vector_dimensions=tuple(int(_DIMENSIONS.search(str(r[1]))[1]) if k == "vector" else None
-                                        for r, k in zip(rows, kinds)),
+                vector_dimensions=dims if any(dims) else None,
             )
         self._tables[(schema, table)] = result
         return result
