@@ -167,9 +167,10 @@ class _Unsupported(Exception):
 
 
 def version_id(server_version: str) -> tuple[bool, int]:
-    """(is MariaDB, version as the server's MYSQL_VERSION_ID: 10.11.19 → 101119) from an FDE's version."""
+    """(is MariaDB, version as the server's MYSQL_VERSION_ID: 10.11.19 → 101119) from an FDE's version;
+    an unknown version runs every versioned comment."""
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", server_version or "")
-    number = int(m[1]) * 10000 + int(m[2]) * 100 + int(m[3]) if m else 0
+    number = int(m[1]) * 10000 + int(m[2]) * 100 + int(m[3]) if m else 999999
     return "mariadb" in (server_version or "").lower(), number
 
 
@@ -534,7 +535,7 @@ _NO_COLUMN_CHANGE = frozenset({
     "COMPRESSION", "INSERT_METHOD", "UNION", "TABLESPACE", "DATA", "INDEX", "SECONDARY_ENGINE", "WAIT", "NOWAIT",
     "IETF_QUOTES", "SEQUENCE", "WITH", "WITHOUT", "VALIDATION", "TRUNCATE", "UPGRADE"})
 _INDEX_WORDS = frozenset({"INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "CONSTRAINT", "FOREIGN", "CHECK",
-                          "PARTITION", "PERIOD", "SYSTEM", "VECTOR"})
+                          "PARTITION", "VECTOR"})
 
 
 def _alter_table(text: str, tokens, db: str) -> AlterTable:

@@ -216,5 +216,7 @@ def compile_schema(table: TableDef) -> CheckedSchema:
                          for c in cols),
         enum_values=tuple(c.values if c.type == "enum" else None for c in cols),
         set_values=tuple(c.values if c.type == "set" else None for c in cols),
+        vector_dimensions=tuple(c.dimensions if c.type == "vector" else None for c in cols)
+        if any(c.type == "vector" for c in cols) else None,
         definition=table,
     )
