@@ -60,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser, datetime_type) -> None:
                    help="flashback: leave out (and report) DDL and partial row images instead of failing")
     p.add_argument("--keep-gtids", action="store_true",
                    help="replay under the original GTIDs (MariaDB gtid_seq_no, MySQL GTID_NEXT)")
+    p.add_argument("--load-dir", metavar="DIR",
+                   help="write the files of LOAD DATA statements here; the client reads them (--local-infile=1)")
     p.add_argument("--schema-history", metavar="FILE",
                    help="a schema history naming the columns of binlogs written without binlog_row_metadata=FULL "
                         "(the DDL in the files is followed in any case)")
@@ -114,7 +116,7 @@ def run(args) -> int:
               file=sys.stderr)
         return EXIT_BAD_INPUT
     renderer = Renderer(Filters(frozenset(args.database), frozenset(args.table)), args.keep_gtids,
-                        args.skip_unsafe, _notice, _history_key(tracker))
+                        args.skip_unsafe, _notice, _history_key(tracker), args.load_dir)
     out = _Output()
     mode = "flashback" if args.flashback else "replay"
     out.write([f"-- binlogd sql {mode} of {' '.join(args.files)}"])

@@ -33,11 +33,12 @@ from binlogd.schema.history import SchemaTracker
 
 from .errors import SqlOutError
 
-_CONTEXT = (E.IntvarEvent, E.RandEvent, E.UserVarEvent, E.TableMapEvent, E.RowsQueryEvent)
+_CONTEXT = (E.IntvarEvent, E.RandEvent, E.UserVarEvent, E.TableMapEvent, E.RowsQueryEvent, E.LoadBlockEvent)
+_RAW_QUERIES = frozenset({ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
 _SKIPPED = (E.FormatDescriptionEvent, E.RotateEvent, E.StopEvent, E.PreviousGtidsEvent, E.MariadbGtidListEvent,
             E.BinlogCheckpointEvent, E.HeartbeatEvent, E.IgnorableEvent, E.TransactionContextEvent,
             E.ViewChangeEvent)
-_LOAD = (E.LoadBlockEvent, E.LoadFileEvent, E.LegacyLoadEvent, E.ExecuteLoadQueryEvent)
+_LEGACY_LOAD = (E.LoadFileEvent, E.LegacyLoadEvent)
 
 
 def statement_kind(text: str) -> str:
@@ -89,7 +90,7 @@ def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> s
     the decoder's text has escaped the bytes its character set does not decode."""
     h = event.header
     body = h.pos + decoder.header_len
-    post = decoder.post_header_len(ET.QUERY)
+    post = decoder.post_header_len(h.type_code)
     status_len = int.from_bytes(view[body + 11:body + 13], "little") if post >= 13 else 0
     start = body + post + status_len + view[body + 8] + 1
     end = h.pos + h.event_length - (4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)
@@ -133,7 +134,7 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
             flavor = "mariadb" if "mariadb" in event.server_version.lower() else "mysql"
         inner = event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)
         for e in inner:
-            if e is event and h.type_code in (ET.QUERY, ET.QUERY_COMPRESSED):
+            if e is event and h.type_code in _RAW_QUERIES:
                 e = Statement(e, _raw_statement(view, e, decoder))
             elif isinstance(e, E.QueryEvent):
                 e = Statement(e, e.query)
@@ -168,9 +169,9 @@ def _step(cur: Group | None, e, path: str, flavor: str, end: int,
     if isinstance(ev, E.IncidentEvent):
         raise SqlOutError(f"{path}:{h.pos}: INCIDENT ({ev.message or ev.incident}): the primary lost changes "
                           "here, so no replay past it can be right")
-    if isinstance(ev, _LOAD):
-        raise SqlOutError(f"{path}:{h.pos}: {h.type_name}: LOAD DATA cannot be replayed as SQL by binlogd sql "
-                          "(its file is inside the binlog); use mariadb-binlog/mysqlbinlog for this range")
+    if isinstance(ev, _LEGACY_LOAD):
+        raise SqlOutError(f"{path}:{h.pos}: {h.type_name}: binlogd sql does not replay the LOAD DATA events "
+                          "of servers before 5.0; use mysqlbinlog --local-load for this range")
     if isinstance(ev, E.UnknownEvent):
         raise SqlOutError(f"{path}:{h.pos}: unknown event type {h.type_code} (not marked ignorable)")
     cur = _open(cur, ev, path, flavor)

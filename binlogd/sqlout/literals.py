@@ -18,6 +18,7 @@ returns SQL text:
 
 from __future__ import annotations
 
+import binascii
 import struct
 from base64 import b64decode
 from typing import Callable
@@ -115,12 +116,31 @@ def _vector(constructor: str) -> Render:
     return value
 
 
+def _unknown_charset(where: str) -> Render:
+    """A column whose character set the binlog does not name: the decoder gives its value as text when the
+    bytes are valid UTF-8, else as base64. Either way the bytes are known, and a hex literal stores (and
+    matches) them byte for byte under any character set; only text that is itself valid base64 of bytes
+    that are not UTF-8 could be either, and is an error."""
+    def value(v):
+        try:
+            raw = b64decode(v, validate=True)
+        except (binascii.Error, ValueError):
+            return "X'" + v.encode("utf-8").hex() + "'"
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SqlOutError(f"{where}: the binlog does not name the column's character set, and {v!r} may be "
+                              "text or the base64 of other bytes; a schema history with the column's character "
+                              "set (binlogd schema build --seed) settles it")
+        return "X'" + v.encode("utf-8").hex() + "'"  # base64 of UTF-8 would have come as text: it is text
+    return value
+
+
 def _text_render(col: Column, where: str, match: bool) -> Render:
     """Text columns: UTF-8 quoted when the decoder decoded it, else the raw bytes under an introducer."""
     charset = charset_for_collation(col.collation)
     if col.collation is None:
-        raise SqlOutError(f"{where}: the binlog does not record the column's character set, so its bytes "
-                          "cannot be told from text")
+        return _unknown_charset(where)
     if col.collation == BINARY_COLLATION:
         return _hex
     if codec_for_collation(col.collation) is None or charset not in _TEXT_CHARSETS:

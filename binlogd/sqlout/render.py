@@ -14,11 +14,13 @@ between ``DELIMITER /*!*/;`` and ``DELIMITER ;`` (stored programs, trailing comm
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
 from binlogd.protocol import events as E
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
+from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.gtid import Gtid, MariadbGtid
 
 from .errors import SqlOutError
@@ -62,6 +64,7 @@ class Renderer:
         skip_unsafe: flashback steps over what it cannot invert (each reported through ``notice``).
         primary_key: ``(schema, table, column names) -> key column names`` from a schema history, for
             TABLE_MAPs that mark no primary key (() when unknown).
+        load_dir: where LOAD DATA files are written for the client to read (None: LOAD DATA is an error).
     """
 
     filters: Filters = field(default_factory=Filters)
@@ -69,9 +72,11 @@ class Renderer:
     skip_unsafe: bool = False
     notice: Callable[[str], None] = print
     primary_key: Callable[[str, str, tuple], tuple] = lambda schema, table, names: ()
+    load_dir: str | None = None
     state: dict = field(default_factory=dict)
     _plans: dict = field(default_factory=dict)
     _tables: dict = field(default_factory=dict)  # table id → the last TABLE_MAP for it
+    _loads: dict = field(default_factory=dict)  # LOAD DATA file id → its blocks so far
 
     # ------------------------------------------------------------------ shared
     def _set(self, out: list, key: str, statement: str) -> None:
@@ -113,11 +118,17 @@ class Renderer:
                     body += [s + ";" for s in plan.replay(ev.kind, ev.rows)]
                 pending = []
             elif isinstance(ev, Statement):
+                text = self._load_data(g, ev) if isinstance(ev.event, E.ExecuteLoadQueryEvent) else ev.text
                 if self.filters.statement(ev.event.schema):
                     self._statement_context(body, ev)
                     body += pending
-                    body.append(_terminated(ev.text))
+                    body.append(_terminated(text))
                 pending = []
+            elif isinstance(ev, E.LoadBlockEvent):
+                blocks = self._loads.setdefault(ev.file_id, [])
+                if ev.header.type_code == ET.BEGIN_LOAD_QUERY:
+                    blocks.clear()
+                blocks.append(ev.data)
             elif isinstance(ev, E.RowsQueryEvent):
                 pending.append("-- " + ev.query.replace("\r", " ").replace("\n", "\n-- "))
             else:
@@ -137,6 +148,21 @@ class Renderer:
         if self.keep_gtids and isinstance(g.gtid, Gtid):
             out.append("SET @@SESSION.GTID_NEXT='AUTOMATIC';")
         return out
+
+    def _load_data(self, g: Group, st: Statement) -> str:
+        """LOAD DATA: its file (the blocks before it) written to ``load_dir``, read back by the client
+        (``LOCAL INFILE``), as mysqlbinlog --local-load does."""
+        ev = st.event
+        if self.load_dir is None:
+            raise SqlOutError(f"{g.file}:{ev.header.pos}: LOAD DATA: its file is in the binlog; give --load-dir DIR "
+                              "to have it written there (the client then needs --local-infile=1)")
+        path = os.path.join(self.load_dir, f"binlogd-load-{os.path.basename(g.file)}-{ev.header.pos}.dat")
+        with open(path, "wb") as fh:
+            fh.write(b"".join(self._loads.pop(ev.file_id, ())))
+        raw = st.text.encode("utf-8", "surrogateescape")
+        dup = {1: " IGNORE", 2: " REPLACE"}.get(ev.dup_handling, "")
+        head, tail = raw[:ev.start_pos].decode("utf-8", "surrogateescape"), raw[ev.end_pos:]
+        return f"{head} LOCAL INFILE {quote(path)}{dup} INTO" + tail.decode("utf-8", "surrogateescape")
 
     def _gtid_lines(self, g: Group) -> list[str]:
         if not self.keep_gtids or g.gtid is None:
@@ -167,7 +193,9 @@ class Renderer:
                       f"SET @@session.auto_increment_increment={inc}, @@session.auto_increment_offset={off}")
         cs = st.get("charset")
         if cs is not None:
-            self._set(out, "charset", f"SET @@session.character_set_client={cs['client']}, "
+            client = charset_for_collation(cs["client"]) or cs["client"]  # a name: newer ids are no charset's
+            client = "utf8" if client == "utf8mb3" else client  # the name every version knows
+            self._set(out, "charset", f"SET @@session.character_set_client={client}, "
                       f"@@session.collation_connection={cs['connection']}, @@session.collation_server={cs['server']}")
         else:  # before 5.0 no charset was logged: latin1, the default then, passes every byte unchanged
             self._set(out, "charset", "SET NAMES latin1")
