@@ -41,18 +41,20 @@ _DEFAULT_POST_HEADER = {ET.QUERY: 13, ET.ROTATE: 8, ET.LOAD: 18, ET.NEW_LOAD: 18
                         ET.DELETE_ROWS_COMPRESSED_V1: 8, ET.WRITE_ROWS_COMPRESSED: 10,
                         ET.UPDATE_ROWS_COMPRESSED: 10, ET.DELETE_ROWS_COMPRESSED: 10}
 
-# Servers 5.1.0-5.1.15 and the 5.2.2 "a_drop5p/6p" trees numbered events 16-22 differently;
-# MySQL maps them to today's numbers, and so do we (header.type_code is the mapped code).
+# The pre-GA "a_drop" development trees of MySQL 5.1/5.2 numbered events 16-22 differently; the
+# server maps them to today's numbers, and so do we (header.type_code is the mapped code).
 _OLD_TYPE_NUMBERS = {16: ET.TABLE_MAP, 17: ET.PRE_GA_WRITE_ROWS, 18: ET.PRE_GA_UPDATE_ROWS,
                      19: ET.PRE_GA_DELETE_ROWS, 20: ET.XID, 21: ET.BEGIN_LOAD_QUERY, 22: ET.EXECUTE_LOAD_QUERY}
 _OLD_TYPE_NUMBERS_INV = {v: k for k, v in _OLD_TYPE_NUMBERS.items()}
+# The server's own test (Format_description_event, reading an FDE): the version strings of those trees,
+# 5.1.[1-5]-a_drop5*, 5.1.4-a_drop6* and 5.2.[0-2]-a_drop6*. Nothing else: not 5.1.0-5.1.15 in general,
+# not 5.1.1-alpha (released with both numberings), not 5.1.15-ndb-6.1.x (today's numbers).
+_RENUMBERED_TREE = re.compile(r"5\.(?:1\.[1-5]-a_drop5|1\.4-a_drop6|2\.[0-2]-a_drop6)")
 
 
-def _renumbered_tree(version: str, n_types: int) -> bool:
-    if n_types != 22:
-        return False
-    v = version_tuple(version)
-    return (5, 1, 0) <= v <= (5, 1, 15) or version.startswith(("5.2.2-a_drop5p", "5.2.2-a_drop6p"))
+def renumbered_tree(version: str) -> bool:
+    """True when a server of this version numbered event types 16-22 the pre-GA way (its FDE must list 22)."""
+    return _RENUMBERED_TREE.match(version) is not None
 
 
 # Post-header lengths of binlog v1/v3 (3.23, 4.0) by type 1..14; ROTATE's (8) is 0 in v1.
@@ -307,8 +309,11 @@ class Decoder:
             post = bytes(body[57:post_end])
             if header_len != 19:
                 raise EventDecodeError(f"FORMAT_DESCRIPTION declares header length {header_len}, expected 19")
-            self._type_permutation = _OLD_TYPE_NUMBERS if _renumbered_tree(server_version, len(post)) else {}
+            self._type_permutation = _OLD_TYPE_NUMBERS if renumbered_tree(server_version) else {}
             if self._type_permutation:
+                if len(post) != 22:  # the server rejects such an FDE too
+                    raise EventDecodeError(f"FORMAT_DESCRIPTION of a {server_version} server lists {len(post)} "
+                                           "event types; that pre-GA tree had 22")
                 post = bytes(post[_OLD_TYPE_NUMBERS_INV.get(t, t) - 1] for t in range(1, len(post) + 1))
         self.header_len, self._post_header = header_len, post
         self._hidden_vectors = "mariadb" in server_version.lower() and version_tuple(server_version) >= (11, 7, 0)
