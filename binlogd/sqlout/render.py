@@ -233,8 +233,8 @@ class Renderer:
                 plan = self._plan(tables[ev.table_id], g, ev)
                 inverse = plan.invert(ev.kind, ev.rows)
                 if inverse is None:
-                    self._unsafe(g, ev, f"{ev.header.type_name} of `{ev.schema}`.`{ev.table}` holds partial row "
-                                 "images (binlog_row_image MINIMAL or NOBLOB), which do not say what to restore")
+                    self._unsafe(g, ev, f"`{ev.schema}`.`{ev.table}`: partial row images (binlog_row_image "
+                                 "MINIMAL or NOBLOB) do not say what to restore")
                 else:
                     undo.append([s + ";" for s in inverse])
             elif isinstance(ev, Statement):
