@@ -13,7 +13,7 @@ tuples.
 - ``changes``: one row per row change, built by
   :func:`protocol.serialize.change_events` (the JSON-lines contract), with
   ``before``/``after`` as JSON text unless the caller's schema asks for more.
-- ``index``: one row per file, :func:`binlogd.filetools.info`.
+- ``index``: one row per file, :func:`binlogd.protocol.fileinfo.describe`.
 
 Transaction boundaries come from :class:`daemon.position.PositionTracker`, the
 same rules the daemon resumes by.
@@ -35,6 +35,7 @@ from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
+from binlogd.protocol.fileinfo import BinlogInfo, describe
 from binlogd.protocol.reader import check_magic, event_bounds, iter_events
 from binlogd.protocol.serialize import change_events, dumps, flatten
 
@@ -84,6 +85,12 @@ def mapped(path: str, size: int | None = None) -> memoryview:
             return memoryview(b"")
         view = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
     return view if size is None or size >= actual else view[:size]
+
+
+def file_info(path: str) -> BinlogInfo:
+    """:func:`binlogd.protocol.fileinfo.describe` of the file at ``path`` (it seeks: no full read)."""
+    with open(path, "rb") as fh:
+        return describe(fh, path)
 
 
 def prime(view, fde: int = 4) -> Decoder:
@@ -323,12 +330,10 @@ def read_binlog(path: str, rows: Rows, start: int = 4, stop: int | None = None, 
 
 
 def read_index(path: str, corrupt_column: bool = False, skip_corrupt: bool = False) -> list[list]:
-    """One ``index`` row for ``path`` (:func:`binlogd.filetools.info`), as single-value column lists."""
-    from binlogd.filetools import info
-
+    """One ``index`` row for ``path`` (:func:`file_info`), as single-value column lists."""
     extra = [None] if corrupt_column else []
     try:
-        result = dataclasses.asdict(info(path))
+        result = dataclasses.asdict(file_info(path))
     except BinlogError as exc:
         error = CorruptFile(path, exc)
         if not skip_corrupt:

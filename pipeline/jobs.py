@@ -1,6 +1,6 @@
 """Batch jobs on the "binlog" data source: ``index`` and ``changes`` (``python -m binlogd.pipeline …``).
 
-- :func:`index_job`: one row per binlog file (:func:`binlogd.filetools.info`: server version,
+- :func:`index_job`: one row per binlog file (:func:`binlogd.protocol.fileinfo.describe`: server version,
   begin/end time, next file, first/last GTID, size, closed cleanly) to Parquet.
 - :func:`changes_job`: row changes from binlog files or from the daemon's JSON-lines output to
   Parquet partitioned by ``schema``, ``table`` and ``date`` (UTC day of ``ts``), each partition

@@ -365,15 +365,13 @@ def _scan(path: str, entry: dict, size: int, final: bool, budget: int | None, sk
 
     Decodes events (not rows) from ``entry["pos"]`` up to ``size``; the boundary rules are the
     daemon's (:class:`daemon.position.PositionTracker`). A file closed by ROTATE/STOP (found by
-    seeking from the end, :func:`binlogd.filetools.info`) is taken whole without a walk. A
+    seeking from the end, :func:`decode.file_info`) is taken whole without a walk. A
     ``final`` file (a later one exists) gives every complete event; a partial tail is corrupt.
     """
     from binlogd.daemon.position import Position, PositionTracker
     from binlogd.protocol.constants import EventType as ET
     from binlogd.protocol.errors import BinlogError, TruncatedError
     from binlogd.protocol.reader import event_bounds
-
-    from binlogd.filetools import info
 
     pos, fde = entry["pos"], entry["fde"]
     if size <= pos:
@@ -383,7 +381,7 @@ def _scan(path: str, entry: dict, size: int, final: bool, budget: int | None, sk
     boundary, boundary_fde = pos, fde
     try:
         if pos == 4 and (budget is None or budget >= size) and os.path.getsize(path) == size:
-            if info(path).method == "seek":
+            if D.file_info(path).method == "seek":
                 return {"pos": size, "fde": fde, "end": True}
         view = D.mapped(path, size)
         decoder = D.prime(view, fde)

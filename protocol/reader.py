@@ -19,6 +19,8 @@ from .primitives import U32
 _LENGTH_AT = 9  # event_length sits at the same offset in v1 and v4 headers
 # Events before ``start`` that set decoder state (format, table maps) are still decoded.
 _STATE_EVENTS = frozenset({EventType.FORMAT_DESCRIPTION, EventType.START_V3, EventType.TABLE_MAP})
+# The message of a binlog that ends right after its magic (binlogd info and dump agree on it: exit 1).
+ONLY_MAGIC = "holds only the 4-byte binlog magic: no FORMAT_DESCRIPTION, no events"
 
 
 def check_magic(view, offset: int = 0) -> None:
