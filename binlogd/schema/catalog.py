@@ -65,6 +65,8 @@ class Catalog:
         elif isinstance(change, D.RenameTables):
             for old, new in change.pairs:  # in order: RENAME TABLE a TO tmp, b TO a, tmp TO b swaps
                 state = out.get(old, self.tables.get(old, UNKNOWN))
+                if isinstance(state, TableDef):
+                    state = replace(state, schema=new[0], table=new[1])
                 out[old], out[new] = DROPPED, UNKNOWN if state == DROPPED else state
         elif isinstance(change, D.CreateTable):
             if not (change.if_not_exists and change.name in self.tables):

@@ -176,7 +176,7 @@ def _program(draw):
     return out
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(program=_program())
 def test_random_alter_sequences_name_like_full_metadata(mariadb, mariadb_minimal, program):
     statements = ["CREATE TABLE p (id INT PRIMARY KEY)", "INSERT INTO p (id) VALUES (0)", *program,
