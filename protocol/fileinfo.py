@@ -111,6 +111,8 @@ def _info(f: _File, name: str) -> BinlogInfo:
     result.binlog_version, result.server_version = first.binlog_version, first.server_version
     result.checksum = {0: "NONE", 1: "CRC32"}.get(first.checksum_alg) if first.checksum_alg is not None else None
     result.begin_time = first.header.timestamp
+    # v4: the server clears LOG_EVENT_BINLOG_IN_USE_F when it closes the file. v1/v3 (3.23, 4.0) have no such
+    # flag: there the file was closed cleanly only when it ends with its ROTATE or STOP (set by _scan).
     result.closed_cleanly = not first.header.flags & LOG_EVENT_BINLOG_IN_USE_F
     pos = first.header.next_position or 4 + first.header.event_length
     # First GTID: it comes right after the FDE and the previous-GTIDs/GTID-list events;
@@ -246,11 +248,11 @@ def _leads_to_end(view: memoryview, p: int) -> bool:
 
 
 def _scan(f: _File, result: BinlogInfo) -> BinlogInfo:
-    """Header walk of the whole file: for files that do not end with ROTATE or STOP."""
+    """Header walk of the whole file: for files that do not end with ROTATE or STOP, and v1/v3 files."""
     result.method = "scan"
     decoder = Decoder()
     result.next_file = result.last_gtid = None
-    pos, header_len = 4, 19
+    pos, header_len, tc = 4, 19, None
     while pos < f.size:
         head = f.read(pos, 19)
         if len(head) < header_len:
@@ -271,4 +273,6 @@ def _scan(f: _File, result: BinlogInfo) -> BinlogInfo:
                 result.next_file = event.next_file
         result.end_time = int.from_bytes(head[0:4], "little")
         pos += length
+    if result.binlog_version != 4:
+        result.closed_cleanly = result.truncated_at is None and tc in _CLOSING_TYPES
     return result
