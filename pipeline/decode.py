@@ -93,10 +93,10 @@ def file_info(path: str) -> BinlogInfo:
         return describe(fh, path)
 
 
-def prime(view, fde: int = 4) -> Decoder:
+def prime(view, fde: int = 4, schema_source=None) -> Decoder:
     """A Decoder that has seen the file's first event and (relay logs) the FORMAT_DESCRIPTION at ``fde``."""
     check_magic(view)
-    decoder = Decoder()
+    decoder = Decoder(schema_source=schema_source)
     for pos in (4, fde) if fde != 4 else (4,):
         length = event_bounds(view, pos, decoder.header_len)
         if length is None:
@@ -106,12 +106,13 @@ def prime(view, fde: int = 4) -> Decoder:
 
 
 def walk(view, start: int = 4, stop: int | None = None, fde: int = 4,
-         partial_tail: bool = False) -> Iterator[E.Event]:
+         partial_tail: bool = False, schema_source=None) -> Iterator[E.Event]:
     """The events that start in ``[start, stop)`` of a binlog held in ``view``.
 
     ``start`` must be an event boundary; when it is past the first event the
     decoder is primed with the events at 4 and ``fde``. With ``partial_tail`` a
     last event cut off by the end of ``view`` ends the walk instead of raising.
+    ``schema_source`` names the columns of TABLE_MAPs without names (see :class:`Decoder`).
 
     Raises:
         TruncatedError: the bytes end inside an event (naming its offset).
@@ -120,12 +121,12 @@ def walk(view, start: int = 4, stop: int | None = None, fde: int = 4,
     end = len(view) if stop is None else min(stop, len(view))
     if start <= 4:  # a whole file: exactly what ``binlogd dump`` runs
         try:
-            yield from iter_events(view[:end], Decoder())
+            yield from iter_events(view[:end], Decoder(schema_source=schema_source))
         except TruncatedError:
             if not partial_tail:
                 raise
         return
-    decoder, pos = prime(view, fde), start
+    decoder, pos = prime(view, fde, schema_source), start
     while pos < end:
         length = event_bounds(view, pos, decoder.header_len)
         if length is None or pos + length > end:
@@ -303,16 +304,20 @@ def json_text_pair(before, after, change=None):
 def read_binlog(path: str, rows: Rows, start: int = 4, stop: int | None = None, fde: int = 4,
                 partial_tail: bool = False, skip_corrupt: bool = False,
                 tail_error: tuple[str, int | None] | None = None,
-                batch_rows: int = 8192) -> Iterator[list[list]]:
+                batch_rows: int = 8192, schema=None) -> Iterator[list[list]]:
     """Decode ``path`` from ``start`` to ``stop`` into ``rows``; yields column lists of final rows.
 
     A decode error raises :class:`CorruptFile` (naming the file and offset), or with
     ``skip_corrupt`` ends the file with a ``_corrupt`` row after the rows read before it.
     ``tail_error`` (message, offset: from the streaming planner) adds such a row after a clean range.
+    ``schema`` (a :class:`binlogd.schema.SchemaTracker` at ``start``) names columns and follows the file's DDL.
     """
     try:
         view = mapped(path, stop)
-        for event in walk(view, start, stop, fde, partial_tail):
+        name = os.path.basename(path)
+        for event in walk(view, start, stop, fde, partial_tail, schema.lookup if schema is not None else None):
+            if schema is not None:
+                schema.observe(event, name, event.header.pos + event.header.event_length)
             rows.add(event)
             if rows.n >= batch_rows and rows.ready():
                 yield rows.take()

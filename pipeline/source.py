@@ -23,6 +23,10 @@ Options (names are case-insensitive):
   end of the file (a file being written) is left out in batch reads.
 - ``arrow``: ``true`` (default): readers yield Arrow record batches; ``false``: Python tuples
   (slower; kept to measure, see bench/spark.py). ``batchRows``: rows per batch (default 8192).
+- ``schemaHistory``: a schema history file (``binlogd schema build``, or the daemon's
+  ``schema-history.jsonl``): names the columns of servers that log no names (MINIMAL/NO_LOG row
+  metadata) as of each file's position, and follows each file's own DDL; a definition that does not fit
+  the TABLE_MAP gives positional names (``@1``...), never wrong ones.
 - streaming only: ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``.
 
 One input partition per file (per file with new bytes, streaming). Every byte is decoded by
@@ -42,6 +46,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from binlogd.protocol.errors import BinlogError
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -51,6 +56,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import BooleanType, DataType, IntegerType, LongType, StringType, StructField, StructType
+
+from binlogd.schema import SchemaTracker, read_history
 
 from . import decode as D
 from .paths import expand, option_paths, order_key, stem
@@ -106,9 +113,20 @@ class Options:
             raise ValueError("binlog: set maxFilesPerTrigger or maxBytesPerTrigger, not both")
         if self.input == "jsonl" and self.shape != "changes":
             raise ValueError("binlog: JSON-lines input has the changes shape only (option shape=changes)")
+        self.schema_history = _schema_history(opts.get("schemahistory"))
 
     def paths(self) -> list[str]:
         return option_paths(self.raw)
+
+
+def _schema_history(path: str | None):
+    """The entries of option schemaHistory's file (read once, on the driver), or None."""
+    if path is None:
+        return None
+    try:
+        return read_history(path)
+    except (BinlogError, OSError) as exc:
+        raise ValueError(f"binlog: option schemaHistory: {exc}") from exc
 
 
 def _positive(opts: dict, key: str, default):
@@ -177,8 +195,13 @@ class _Reader:
             names = rows.names
         else:
             rows = self._rows(partition.path, partition.start)
+            schema = None
+            if opts.schema_history is not None:  # names columns where TABLE_MAPs carry none
+                schema = SchemaTracker(opts.schema_history)
+                schema.start_at(os.path.basename(partition.path), partition.start)
             chunks = D.read_binlog(partition.path, rows, partition.start, partition.stop, partition.fde,
-                                   opts.partial_tail, opts.skip_corrupt, partition.tail_error, opts.batch_rows)
+                                   opts.partial_tail, opts.skip_corrupt, partition.tail_error, opts.batch_rows,
+                                   schema)
             names = rows.names
         index = {n: i for i, n in enumerate(names)}
         picks = [index[f.name] for f in self.schema.fields]
