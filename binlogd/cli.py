@@ -16,7 +16,8 @@ import sys
 from datetime import datetime, timezone
 
 from binlogd.protocol.errors import BinlogError
-from binlogd.protocol.serialize import dumps, event_to_dict, flatten
+from binlogd.protocol.jsonrows import event_json
+from binlogd.protocol.serialize import dumps, flatten
 
 from . import filetools, sqlout
 from .schema import cli as schema_cli
@@ -78,7 +79,7 @@ def cmd_dump(args) -> int:
                 end = event.header.pos + event.header.event_length  # inner payload events share it
                 for item in flatten(event):
                     if args.json:
-                        _out(dumps(event_to_dict(item, path, end)) + b"\n")
+                        _out(event_json(item, path, end) + b"\n")
                     else:
                         _out(format_event(item).encode("utf-8", "backslashreplace") + b"\n")
         except (BinlogError, OSError) as exc:

@@ -381,3 +381,12 @@ class TableCodec:
                 fn = compile_image(self.columns, present, null_offset)
             self._images[key] = fn
         return fn
+
+    def compiled(self, kind: str, present_bits: int, null_offset: int, build: Callable[[tuple, list, int], object]):
+        """Another form of the image :meth:`image` decodes (``kind``: e.g. "json", see :mod:`protocol.jsonrows`),
+        made once by ``build(columns, present, null_offset)`` and cached like the decoders."""
+        key = (present_bits, null_offset, kind)
+        if key not in self._images:
+            self._images[key] = build(self.columns, [i for i in range(len(self.columns)) if present_bits >> i & 1],
+                                      null_offset)
+        return self._images[key]

@@ -86,14 +86,42 @@ def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
     # Plain images are copied to bytes only when the rows are read (indexing and slicing bytes is
     # much faster than memoryview in the row loop): a sink that never reads rows costs no copy.
     images = mariadb_uncompress(body[pos:]) if h.type_code in _COMPRESSED else body[pos:]
-    partial = h.type_code == _PARTIAL_UPDATE
-
     null_offset = 1 if h.type_code in _PRE_GA else 0
+    source = RowImages(codec, kind, images, present_before, present_after, h.type_code == _PARTIAL_UPDATE, h,
+                       null_offset)
+    return E.RowsEvent(h, kind, table_id, flags, table_map.schema, table_map.table, codec.labels, source)
 
-    def decode() -> list:
-        return _decode_rows(codec, kind, bytes(images), present_before, present_after, partial, h, null_offset)
 
-    return E.RowsEvent(h, kind, table_id, flags, table_map.schema, table_map.table, codec.labels, decode)
+class RowImages:
+    """The undecoded rows of one rows event; calling it decodes them (``RowsEvent.rows``).
+
+    Fields:
+        codec: the table's :class:`protocol.rowcodec.TableCodec`.
+        kind: "insert", "update" or "delete".
+        data: the row images (inflated when the event was compressed).
+        present_before, present_after: the columns-present bitmaps (LSB = column 1) of the
+            (before) image and of an update's after image (None when the event has one bitmap).
+        partial: a PARTIAL_UPDATE_ROWS event (JSON diffs in after images).
+        header: the event's header (for errors).
+        null_offset: 1 for pre-GA rows (bit 0 of the null bitmap reserved), else 0.
+    """
+
+    __slots__ = ("codec", "kind", "data", "present_before", "present_after", "partial", "header", "null_offset")
+
+    def __init__(self, codec: TableCodec, kind: str, data, present_before: int, present_after: int | None,
+                 partial: bool, header, null_offset: int):
+        self.codec, self.kind, self.data = codec, kind, data
+        self.present_before, self.present_after, self.partial = present_before, present_after, partial
+        self.header, self.null_offset = header, null_offset
+
+    def __call__(self) -> list:
+        """The decoded rows (see ``RowsEvent.rows``).
+
+        Raises:
+            EventDecodeError: a malformed row, named by its index and kind.
+        """
+        return _decode_rows(self.codec, self.kind, bytes(self.data), self.present_before, self.present_after,
+                            self.partial, self.header, self.null_offset)
 
 
 def _decode_rows(codec: TableCodec, kind: str, data: bytes, present_before: int,

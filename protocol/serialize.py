@@ -57,7 +57,7 @@ def rows_to_json(event: E.RowsEvent) -> list:
     return event.rows
 
 
-def event_to_dict(event: E.Event, file: str | None = None, next_pos: int | None = None) -> dict:
+def event_to_dict(event: E.Event, file: str | None = None, next_pos: int | None = None, rows: bool = True) -> dict:
     """One event as the stable JSON object of ``binlogd dump --json``.
 
     Keys: file, pos, next_pos, timestamp, type, server_id, then the event's own
@@ -67,14 +67,16 @@ def event_to_dict(event: E.Event, file: str | None = None, next_pos: int | None 
     offset after the event, never the header's next_position (0 inside a transaction on
     MariaDB 11.4+, the primary's offsets in a relay log). An event inside a
     TRANSACTION_PAYLOAD has its payload's pos: pass the payload's end as ``next_pos``.
+    ``rows=False`` leaves a row event's rows out (:func:`protocol.jsonrows.event_json` writes them).
     """
     h = event.header
     next_pos = h.pos + h.event_length if next_pos is None else next_pos
     out = {"file": file, "pos": h.pos, "next_pos": next_pos, "timestamp": h.timestamp,
            "type": h.type_name, "server_id": h.server_id}
     if isinstance(event, E.RowsEvent):
-        out.update(schema=event.schema, table=event.table, table_id=event.table_id, flags=event.flags,
-                   rows=rows_to_json(event))
+        out.update(schema=event.schema, table=event.table, table_id=event.table_id, flags=event.flags)
+        if rows:
+            out["rows"] = rows_to_json(event)
         return out
     for f in dataclasses.fields(event):
         if f.name in _SKIP:
