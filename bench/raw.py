@@ -54,8 +54,8 @@ async def _run_daemon(srv: LocalServer, out: Path, target: tuple[str, int], fsyn
     t0 = time.perf_counter()
     task = asyncio.create_task(daemon.run())
     while True:
-        durable = daemon._durable
-        if durable is not None and (durable.file, durable.pos) >= target:
+        durable = daemon.committer.durable
+        if durable is not None and (durable.position.file, durable.position.pos) >= target:
             elapsed = time.perf_counter() - t0
             break
         if task.done():

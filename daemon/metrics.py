@@ -75,7 +75,9 @@ class Metrics:
         self._errors = Counter("binlogd_errors_total", "Errors, by kind", ["kind"], registry=r)
         self._unnamed = Counter("binlogd_columns_unnamed_total",
                                 "Row events whose columns had to be named @1, @2, ...", registry=r)
-        self._sink_commits = Counter("binlogd_sink_commits_total", "Transactions durably committed by the sink",
+        self._sink_commits = Counter("binlogd_sink_commits_total",
+                                     "Durable syncs of the sink, each followed by a checkpoint save; one sync "
+                                     "covers every transaction flushed since the last (not a transaction count)",
                                      registry=r)
         Gauge("binlogd_lag_seconds", "Now minus the timestamp of the last real event; 0 when caught up",
               registry=r).set_function(self.lag)
@@ -165,7 +167,7 @@ class Metrics:
         self._pending += 1
 
     def sink_commit(self) -> None:
-        """Count one transaction durably taken by the sink."""
+        """Count one durable sync of the sink (it covers one or more transactions)."""
         self._sink_commits.inc()
 
     def position(self, file: str, pos: int) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from binlogd.protocol import events as E
+from binlogd.protocol.constants import HEARTBEATS
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
 from binlogd.protocol.rows import ROWS_TYPES, STMT_END_F
@@ -27,7 +28,6 @@ _ENDING_STATEMENTS = ("COMMIT", "ROLLBACK", "XA PREPARE", "XA COMMIT", "XA ROLLB
 # observe() runs for every event: plain ints and sets, as an IntEnum member lookup costs ~0.2 µs on 3.11.
 _ROTATE, _TRANSACTION_PAYLOAD, _ANONYMOUS_GTID, _MARIADB_GTID = (
     int(ET.ROTATE), int(ET.TRANSACTION_PAYLOAD), int(ET.ANONYMOUS_GTID), int(ET.MARIADB_GTID))
-_HEARTBEATS = frozenset({ET.HEARTBEAT, ET.HEARTBEAT_V2})
 _GTIDS = frozenset({ET.GTID, ET.GTID_TAGGED})
 _ENDS = frozenset({ET.XID, ET.XA_PREPARE})
 _QUERIES = frozenset({ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
@@ -120,7 +120,7 @@ class PositionTracker:
             if not self.in_transaction:
                 self._commit_at(False)
             return False
-        if tc in _HEARTBEATS:
+        if tc in HEARTBEATS:
             return False  # a heartbeat says where the primary is, not where we are
         if tc == _TRANSACTION_PAYLOAD:
             ended = False

@@ -82,6 +82,24 @@ def require_tls(conn, cfg) -> None:
                               f"{cfg.tls.mode!r}: refusing to replicate in plain text", fatal=True)
 
 
+async def admin_connection(source):
+    """A plain client connection for queries beside the stream (the schema cache's lookups).
+
+    Args:
+        source: the :class:`binlogd.daemon.config.SourceConfig`.
+    Raises:
+        SourceError("tls", fatal): TLS is required and the server does not offer it.
+        pymysql.err.OperationalError, OSError: the connection failed.
+    """
+    import aiomysql
+
+    conn = await aiomysql.connect(host=source.host, port=source.port, user=source.user,
+                                  password=source.password.reveal(), ssl=source.tls.ssl_context(),
+                                  connect_timeout=source.connect_timeout, autocommit=True)
+    require_tls(conn, source)
+    return conn
+
+
 def _version(text: str) -> tuple[int, int, int]:
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
     return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)

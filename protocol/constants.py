@@ -83,6 +83,10 @@ class EventType(IntEnum):
     DELETE_ROWS_COMPRESSED = 171
 
 
+# The primary's keepalives: never in its binlog files, no position of ours (plain ints: see decoder.py).
+HEARTBEATS = frozenset({int(EventType.HEARTBEAT), int(EventType.HEARTBEAT_V2)})
+
+
 def event_name(type_code: int) -> str:
     """The event's name without ``_EVENT`` (``"UNKNOWN_100"`` for codes nobody defines)."""
     try:

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .constants import EventType, event_name
+from .constants import LOG_EVENT_ARTIFICIAL_F, EventType, event_name
+
+_FORMAT_DESCRIPTION = int(EventType.FORMAT_DESCRIPTION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,16 @@ class EventHeader:
     def type_name(self) -> str:
         """The event's name without ``_EVENT``, as ``binlogd dump --json`` prints it."""
         return event_name(self.type_code)
+
+    @property
+    def artificial(self) -> bool:
+        """True for an event a primary sends that is not at this place in its binlog file: the ROTATE
+        a dump starts with and MariaDB's GTID list at a GTID connect (LOG_EVENT_ARTIFICIAL_F, or a
+        timestamp of 0 from older servers), and the FORMAT_DESCRIPTION re-sent when a dump starts
+        inside a file (logged position 0). Such an event names the file or the format, and is never
+        archived, committed or counted for lag. Heartbeats are apart: :data:`constants.HEARTBEATS`."""
+        return bool(self.flags & LOG_EVENT_ARTIFICIAL_F) or self.timestamp == 0 \
+            or (self.type_code == _FORMAT_DESCRIPTION and self.next_position == 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,13 @@
 A sink receives every event (``event``, or ``event_run`` for runs of rows events
 when it takes no rows) and every row change that passed the filters (``change``)
 of a transaction. At a commit, ``flush`` hands it on and returns the sink's
-state; ``sync``, in a worker thread, makes it durable, and only then does the
-daemon store that state in the checkpoint. On start, ``open`` receives the state
-back and discards anything written after it, so a transaction the checkpoint
-does not cover is written again exactly once. A new sink (Kafka, say) implements
-``open``, ``event``, ``change``, ``flush``, ``sync`` and ``close``; see
-:mod:`daemon.sinks.base`.
+state; ``begin_sync`` hands what was flushed to ``sync``, which makes it durable in
+a worker thread, and only then does the daemon store that state in the checkpoint
+(:mod:`binlogd.daemon.committer`). On start, ``open`` receives the state back and
+discards anything written after it, so a transaction the checkpoint does not
+cover is written again exactly once. A new sink (Kafka, say) implements ``open``,
+``event``, ``change``, ``flush``, ``begin_sync``, ``sync`` and ``close``; see
+:mod:`binlogd.daemon.sinks.base`, then name it in :func:`make_sink`.
 """
 
 from __future__ import annotations

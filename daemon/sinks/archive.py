@@ -1,9 +1,9 @@
 """A raw binlog archive: byte-exact copies of the primary's files, like ``mysqlbinlog --raw --stop-never``.
 
 Every event the primary's files hold is appended, with its checksum, to a file
-of the same name; artificial events (the ROTATE at the start of a dump, an FDE
-re-sent with position 0) and heartbeats are not in the primary's files and are
-not written. One byte differs from the primary's active file: the FDE's
+of the same name; artificial events (``EventHeader.artificial``: the ROTATE at the
+start of a dump, an FDE re-sent with position 0) and heartbeats are not in the
+primary's files and are not written. One byte differs from the primary's active file: the FDE's
 LOG_EVENT_BINLOG_IN_USE_F flag (file offset 21), which the server sets on disk
 while the file is open and clears in what it sends. Its CRC32 is computed
 with the flag clear, so the checksum bytes agree.
@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F, MAGIC
+from binlogd.protocol.constants import HEARTBEATS, MAGIC
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.events import Event, RotateEvent
 
-from .base import Sink, SinkError, close_all, fsync_dir, sync_all
+from ..checkpoint import fsync_dir
+from .base import Sink, SinkError, close_all, sync_all
 
 _ROTATE = int(ET.ROTATE)  # plain ints: an IntEnum member lookup costs ~0.2 µs on 3.11, per event here
-_HEARTBEATS = frozenset({ET.HEARTBEAT, ET.HEARTBEAT_V2})
 _BUFFER = 1 << 20  # one writev(2) per MiB of events instead of one write per event
 _IOV_MAX = 1024     # buffers per writev(2) at most (Linux's IOV_MAX)
 
@@ -38,7 +38,8 @@ class ArchiveSink(Sink):
         self._name: str | None = None
         self._size = 0
         self._next: str | None = None  # where the stream continues after a ROTATE
-        self._unsynced: list[int] = []  # descriptors (dups) that sync() fsyncs and closes
+        self._unsynced: list[int] = []  # flushed, not yet handed over: dups of the file descriptors (consumer only)
+        self._syncing: list[int] = []   # handed over by begin_sync(): what sync() fsyncs and closes (worker only)
         self._pending: list = []  # events received but not yet written: written by writev, never copied
         self._pending_bytes = 0
 
@@ -79,11 +80,10 @@ class ArchiveSink(Sink):
     def event(self, raw: bytes | memoryview, event: Event) -> None:
         h = event.header
         try:
-            if h.type_code == _ROTATE and (h.flags & LOG_EVENT_ARTIFICIAL_F or h.timestamp == 0):
-                if event.next_file != self._name or event.position != self._size or self._fh is None:
+            if h.artificial or h.type_code in HEARTBEATS:
+                if h.type_code == _ROTATE and (event.next_file != self._name or event.position != self._size
+                                               or self._fh is None):
                     self._switch(event.next_file, event.position)
-                return
-            if h.type_code in _HEARTBEATS or h.flags & LOG_EVENT_ARTIFICIAL_F or h.next_position == 0:
                 return
             self._append([raw], h.next_position - len(raw), h.next_position)
             if isinstance(event, RotateEvent):
@@ -138,8 +138,11 @@ class ArchiveSink(Sink):
             raise SinkError(f"cannot write archive file {self._name}: {exc.strerror}") from exc
         return {"file": self._name, "size": self._size}
 
+    def begin_sync(self) -> None:
+        self._syncing, self._unsynced = self._unsynced, []
+
     def sync(self) -> None:
-        sync_all(self._unsynced, f"archive file {self._name}")
+        sync_all(self._syncing, f"the archive files in {self.directory}")
 
     def _close_file(self) -> None:
         """Write what is queued and close the file; the next sync() fsyncs it (a dup stays open)."""
@@ -158,3 +161,4 @@ class ArchiveSink(Sink):
         self._pending.clear()
         self._pending_bytes = 0
         close_all(self._unsynced)
+        close_all(self._syncing)

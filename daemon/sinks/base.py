@@ -23,6 +23,10 @@ class SinkError(BinlogError):
 class Sink:
     """Base class of sinks. Blocking I/O belongs in ``sync``, which the daemon runs in a worker thread.
 
+    The order of calls: ``open``; then per transaction ``event``/``event_run`` and ``change``; at a
+    commit ``flush``; to make commits durable ``begin_sync`` (consumer) and ``sync`` (worker thread),
+    one sync at a time, while later transactions and flushes go on; ``close`` when no sync runs.
+
     Fields:
         wants_rows: False when the sink never looks at row values: the daemon then decodes
             with ``Decoder(rows=False)``, so rows events arrive as
@@ -48,7 +52,7 @@ class Sink:
         ``end``: the stream positions where the first begins and the last ends."""
 
     def change(self, change: dict) -> None:
-        """One row change (DESIGN.md's change-event shape) of the current transaction."""
+        """One row change (ARCHITECTURE.md's change-event shape) of the current transaction."""
 
     def flush(self) -> dict:
         """Hand everything received so far on to storage (``write(2)``, a producer's send) and return
@@ -59,19 +63,28 @@ class Sink:
         """
         return {}
 
-    def sync(self) -> None:
-        """Make everything up to the last :meth:`flush` durable (``fsync``, a producer's flush).
+    def begin_sync(self) -> None:
+        """Hand what the flushes so far made readable over to the next :meth:`sync`.
 
-        Runs in a worker thread while the consumer may already pass later events to :meth:`event`
-        and :meth:`change`, so it must touch nothing those touch. Never runs twice at once.
+        Runs on the consumer right before a sync starts, never while one runs. It is the one hand-off
+        between the two: afterwards ``flush`` fills what the next ``begin_sync`` takes, and ``sync``
+        touches only what this one handed over.
+        """
+
+    def sync(self) -> None:
+        """Make durable what the last :meth:`begin_sync` handed over (``fsync``, a producer's flush).
+
+        Runs in a worker thread while the consumer may already pass later events to :meth:`event`,
+        :meth:`change` and :meth:`flush`, so it must touch nothing those touch. Never runs twice at once.
 
         Raises:
             SinkError: not durable; the daemon retries after discarding (re-``open``).
         """
 
     def commit(self) -> dict:
-        """:meth:`flush` then :meth:`sync`: the state once it is durable."""
+        """:meth:`flush`, :meth:`begin_sync`, then :meth:`sync`: the state once it is durable."""
         state = self.flush()
+        self.begin_sync()
         self.sync()
         return state
 
@@ -79,17 +92,9 @@ class Sink:
         """Release files and buffers (without committing)."""
 
 
-def fsync_dir(path: os.PathLike) -> None:
-    """fsync a directory (a file created or renamed in it survives a crash)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def sync_all(fds: list[int], what: str) -> None:
-    """fsync and close each descriptor, emptying ``fds`` (the dups a file sink's flush() took).
+    """fsync and close each descriptor, emptying ``fds`` (the dups a file sink's flush took, handed over
+    by its begin_sync).
 
     Raises:
         SinkError: an fsync failed (every descriptor is closed all the same).

@@ -2,7 +2,7 @@
 
 Rows of the transaction in progress are appended to the current file as they
 arrive (its uncommitted tail is the staging area, so a transaction never has
-to fit in memory). ``flush`` writes and returns ``{file, offset}``; ``sync`` fsyncs.
+to fit in memory). ``flush`` writes and returns ``{file, offset}``; ``sync`` fsyncs what ``begin_sync`` handed it.
 ``open`` truncates the file back to the checkpointed offset and removes later
 files, so a transaction the checkpoint does not cover is written once, when it
 is read again.
@@ -17,7 +17,8 @@ from pathlib import Path
 
 from binlogd.protocol.serialize import dumps
 
-from .base import Sink, SinkError, close_all, fsync_dir, sync_all
+from ..checkpoint import fsync_dir
+from .base import Sink, SinkError, close_all, sync_all
 
 _NAME = re.compile(r"changes-(\d{6})\.jsonl")
 
@@ -33,7 +34,8 @@ class JsonLinesSink(Sink):
         self.directory = Path(directory)
         self.max_file_bytes, self.max_file_seconds, self.fsync = max_file_bytes, max_file_seconds, fsync
         self._fh = None
-        self._unsynced: list[int] = []  # descriptors (dups) that sync() fsyncs and closes
+        self._unsynced: list[int] = []  # flushed, not yet handed over: dups of the file descriptors (consumer only)
+        self._syncing: list[int] = []   # handed over by begin_sync(): what sync() fsyncs and closes (worker only)
         self._index = 1
         self._opened_at = 0.0
 
@@ -100,8 +102,11 @@ class JsonLinesSink(Sink):
             raise SinkError(f"cannot commit {self._path(self._index)}: {exc.strerror}") from exc
         return {"file": self._path(self._index).name, "offset": offset}
 
+    def begin_sync(self) -> None:
+        self._syncing, self._unsynced = self._unsynced, []
+
     def sync(self) -> None:
-        sync_all(self._unsynced, str(self._path(self._index)))
+        sync_all(self._syncing, f"the JSON-lines files in {self.directory}")
 
     def close(self) -> None:
         if self._fh is not None:
@@ -111,3 +116,4 @@ class JsonLinesSink(Sink):
                 pass  # uncommitted data is discarded on the next open anyway
             self._fh = None
         close_all(self._unsynced)
+        close_all(self._syncing)

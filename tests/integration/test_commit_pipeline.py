@@ -14,7 +14,7 @@ import asyncio
 import threading
 
 import pytest
-from binlogd.daemon import service
+from binlogd.daemon import consumer
 from binlogd.daemon.sinks import SinkError
 
 from tests.support.fakeprimary import FakePrimary
@@ -47,7 +47,7 @@ def _start(tmp_path, primary):
 
 
 def test_consumer_goes_on_while_a_sync_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(service, "_COMMIT_EVERY", 1)  # commit at every boundary the last sync allows
+    monkeypatch.setattr(consumer, "COMMIT_EVERY", 1)  # commit at every boundary the last sync allows
     release, held = threading.Event(), threading.Event()
 
     async def main():
@@ -92,7 +92,7 @@ def test_consumer_goes_on_while_a_sync_runs(tmp_path, monkeypatch):
 
 
 def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(service, "_COMMIT_EVERY", 1)
+    monkeypatch.setattr(consumer, "COMMIT_EVERY", 1)
     seen: list[int] = []
 
     async def main():
@@ -102,7 +102,7 @@ def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatc
             sync = d.sink.sync
 
             def failing_sync():
-                seen.append(d._durable.pos if d._durable else 0)
+                seen.append(d.committer.durable.position.pos if d.committer.durable else 0)
                 if len(seen) == 3:
                     raise SinkError("disk on fire")
                 sync()
@@ -126,7 +126,7 @@ def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatc
 def test_reconnect_does_not_wait_for_a_sync_but_the_sink_reopens_after_it(tmp_path, monkeypatch):
     """The primary closes the connection while a sync runs: the daemon reconnects at once, and reopens
     the sink (then dumps) only when that sync has ended."""
-    monkeypatch.setattr(service, "_COMMIT_EVERY", 1)
+    monkeypatch.setattr(consumer, "COMMIT_EVERY", 1)
     release, held = threading.Event(), threading.Event()
 
     async def main():

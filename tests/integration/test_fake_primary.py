@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from binlogd.daemon.checkpoint import Checkpoint, CheckpointStore
+from binlogd.daemon.consumer import Consumer
 from binlogd.daemon.position import Position
 from binlogd.protocol import events as E
 from binlogd.protocol.decoder import Decoder
@@ -552,24 +553,25 @@ def test_checkpoint_after_stream_points_after_last_transaction(tmp_path):
                                            f"{UENUM}:5": ["delete"]}
 
 
-def test_queue_events_bounds_the_events_between_reader_and_consumer(tmp_path):
+def test_queue_events_bounds_the_events_between_reader_and_consumer(tmp_path, monkeypatch):
     """daemon.queue_events counts events, not reader batches: with a consumer slower than the
     primary, the queue never holds more, binlogd_queue_depth reports events, and everything arrives."""
     limit, depths, high = 2, [], [0]
+    handle = Consumer._handle
+
+    async def slow_handle(consumer, raw):
+        high[0] = max(high[0], depths[-1] if depths else 0)  # the queue depth the daemon last reported
+        await asyncio.sleep(0.002)
+        await handle(consumer, raw)
+
+    monkeypatch.setattr(Consumer, "_handle", slow_handle)
 
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary:
             running = Running(config(tmp_path, primary.port, "file:mysql-bin.000057:4",
                                      **{"daemon.queue_events": str(limit)}), primary)
             d = running.daemon
-            handle, report = d._handle, d.metrics.queue_depth
-
-            async def slow_handle(raw, decoder):
-                high[0] = max(high[0], d._queued)
-                await asyncio.sleep(0.002)
-                await handle(raw, decoder)
-
-            d._handle = slow_handle
+            report = d.metrics.queue_depth
             d.metrics.queue_depth = lambda n: (depths.append(n), report(n))
             async with running:
                 await running.wait(at_pos(tmp_path, "mysql-bin.000057", 1283), 30, "end of file")

@@ -9,8 +9,8 @@ import threading
 import zlib
 
 import pytest
+from binlogd.daemon.consumer import _stream_pos
 from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.service import _stream_pos
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
@@ -119,6 +119,7 @@ def test_archive_flush_writes_and_sync_fsyncs_even_a_file_closed_by_a_rotate(cor
     assert synced() == set()  # the rotate closed the first file without fsyncing it on the consumer
     assert sink.flush() == {"file": "mysql-bin.000002", "size": len(second)}
     assert [p.read_bytes() for p in files] == [first, second] and synced() == set()  # readable, not durable
+    sink.begin_sync()
     sink.sync()
     assert synced() == {(st.st_dev, st.st_ino) for st in map(os.stat, files)}
     sink.close()

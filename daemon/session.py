@@ -1,0 +1,159 @@
+"""One session with the primary: connect, decide where to start, dump, and read events.
+
+A :class:`Session` owns a :class:`~binlogd.daemon.source.SourceConnection` and, once the dump is
+sent, a reader task that puts the events the socket brought into a bounded queue, in batches; the
+consumer takes them with :meth:`Session.get`. Closing the session (``async with``) cancels and
+awaits the reader and closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from binlogd.protocol.decoder import Decoder
+
+from .checkpoint import ResumeState
+from .metrics import Metrics
+from .position import Position
+from .source import ServerInfo, SourceConnection
+
+BATCH = 1024  # events per reader -> consumer hand-off at most
+
+
+class Session:
+    """A replica's session: :meth:`open`, then :meth:`dump`, then :meth:`get` batches until it fails.
+
+    Args:
+        config: the daemon's :class:`~binlogd.daemon.config.Config`.
+        metrics: where the queue depth is reported.
+    Fields:
+        info: what the primary told about itself (after :meth:`open`).
+        queued: events in the queue now.
+    """
+
+    def __init__(self, config, metrics: Metrics):
+        self.cfg = config
+        self.metrics = metrics
+        self.conn = SourceConnection(config.source)
+        self.info: ServerInfo | None = None
+        self.queued = 0
+        self._queue: asyncio.Queue | None = None
+        self._reader: asyncio.Task | None = None
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def open(self) -> ServerInfo:
+        """Connect and authenticate (see :meth:`SourceConnection.open`, which raises SourceError)."""
+        self.info = await self.conn.open()
+        return self.info
+
+    async def start_state(self, loaded: ResumeState | None) -> ResumeState:
+        """Where the daemon's first session starts: the checkpoint ``loaded`` if there is one, else
+        ``source.start``; with this primary's facts (flavor, server_id, server_uuid).
+
+        Raises:
+            SourceError: the primary cannot tell its position or list its files.
+        """
+        info = self.info
+        facts = {"flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid}
+        if loaded is not None:
+            return ResumeState(loaded.position, loaded.by_gtid, loaded.sink, facts, loaded.skip_before)
+        spec = self.cfg.source.start_spec
+        if spec.kind == "current":
+            start = await self.conn.current_position()
+            by_gtid = bool(start.gtid_list) if info.flavor == "mariadb" else info.gtid_mode
+            return ResumeState(start, by_gtid, None, facts)
+        if spec.kind == "file":
+            return ResumeState(Position(spec.file, spec.pos), False, None, facts)
+        if spec.kind == "gtid":
+            text = str(spec.gtid)
+            start = Position("", 4, gtid_list=text) if info.flavor == "mariadb" else Position("", 4, gtid_set=text)
+            return ResumeState(start, True, None, facts)
+        start = Position(await self._file_for_datetime(spec.timestamp), 4)
+        return ResumeState(start, False, None, facts, spec.timestamp)
+
+    async def _file_for_datetime(self, when: float) -> str:
+        """The newest binlog file that began at or before ``when``: each file's first event is read
+        with a non-blocking dump (newest first); no file is streamed through."""
+        files = await self.conn.binlog_files()
+        for name in reversed(files):
+            probe = SourceConnection(self.cfg.source)
+            try:
+                await probe.open()
+                await probe.start_dump(self.cfg.source.server_id + 1, Position(name, 4), False, 30.0, True)
+                decoder = Decoder(checksum_alg=1 if probe.info.checksum == "CRC32" else 0)
+                while True:
+                    event = decoder.decode(await asyncio.wait_for(probe.read_event(), 30), 0)
+                    if event.header.timestamp:
+                        break
+            finally:
+                await probe.close()
+            if event.header.timestamp <= when:
+                return name
+        return files[0]
+
+    async def dump(self, resume: ResumeState) -> None:
+        """Ask for the stream from ``resume`` and start the reader task.
+
+        Raises:
+            SourceError: the primary refused (ERR 1236: the position or GTIDs are gone, …).
+        """
+        source = self.cfg.source
+        await self.conn.start_dump(source.server_id, resume.position, resume.by_gtid, source.heartbeat_seconds)
+        # daemon.queue_events bounds the events in the queue: batches of at most BATCH events.
+        batch = min(BATCH, self.cfg.daemon.queue_events)
+        self._queue = asyncio.Queue(max(1, self.cfg.daemon.queue_events // batch))
+        self._reader = asyncio.create_task(self._read(batch))
+
+    async def _read(self, batch: int) -> None:
+        """The reader task: events into the queue in batches of at most ``batch``; no byte for
+        2 × heartbeat is an error (raised by the connection)."""
+        conn, queue = self.conn, self._queue
+        conn.idle_timeout = 2 * self.cfg.source.heartbeat_seconds
+        try:
+            while True:
+                events = await conn.read_events(batch)
+                await queue.put(events)
+                self.queued += len(events)
+                self.metrics.queue_depth(self.queued)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed to the consumer, which raises it in order
+            await queue.put(exc)
+
+    async def get(self, timeout: float) -> list | None:
+        """The next batch of events (bytes or memoryviews), or None when none came within ``timeout``.
+
+        Raises:
+            SourceError, ProtocolError, …: what the reader met, once the batches before it were taken.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                item = await self._queue.get()
+        except TimeoutError:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        self.queued -= len(item)
+        self.metrics.queue_depth(self.queued)
+        return item
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is waiting in the queue."""
+        return self._queue.empty()
+
+    async def close(self) -> None:
+        """Cancel and await the reader task, then close the connection."""
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._reader = None
+        await self.conn.close()
