@@ -53,6 +53,7 @@ import time
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
+from binlogd.protocol.decoder import version_tuple
 from binlogd.protocol.gtid import MysqlGtidSet
 
 from tests.support.fakewire import (
@@ -280,8 +281,7 @@ class FakePrimary:
 
     @property
     def version(self) -> tuple[int, int, int]:
-        m = re.match(r"(\d+)\.(\d+)\.(\d+)", self.server_version)
-        return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
+        return version_tuple(self.server_version)
 
     def _touch(self) -> None:
         self.changed.set()

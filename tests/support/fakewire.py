@@ -14,6 +14,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from binlogd.protocol.decoder import version_tuple
+
 MAX_CHUNK = 0xFFFFFF
 HEADER_LEN = 19
 MAGIC = b"\xfebin"
@@ -408,8 +410,7 @@ class BinlogFile:
             raw = self.data[pos:pos + length]
             if tc == FORMAT_DESCRIPTION:
                 version = raw[HEADER_LEN + 2:HEADER_LEN + 52].split(b"\0")[0].decode("latin-1")
-                m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-                has_alg = m is not None and tuple(int(x) for x in m.groups()) >= (5, 6, 1)
+                has_alg = version_tuple(version) >= (5, 6, 1)  # the fake's own rule (MySQL's), not the decoder's
                 self.checksum = "CRC32" if has_alg and raw[-5] == 1 else "NONE"
             crc = 4 if self.checksum == "CRC32" else 0
             body = raw[HEADER_LEN:len(raw) - crc]
