@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import ddl as D
-from .model import BLOB_PACK, CHAR_TYPES, ColumnDef, TableDef, mbmaxlen
+from . import changes as D
+from .model import BLOB_PACK, CHAR_TYPES, ColumnDef, TableDef, mbmaxlen, sized_text
 
 Name = tuple[str, str]
 UNKNOWN = "unknown"
@@ -117,7 +117,7 @@ def _resolve(col: ColumnDef, charset: str | None) -> ColumnDef:
     """A column as the server stores it: its charset filled from the table's, TEXT(n) sized."""
     if col.type in CHAR_TYPES and col.charset is None and charset is not None:
         col = replace(col, charset=charset)
-    return D.sized_text(col, col.charset)
+    return sized_text(col, col.charset)
 
 
 def _place(columns: list[ColumnDef], col: ColumnDef, position: str | None) -> None:

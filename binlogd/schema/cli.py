@@ -20,7 +20,9 @@ from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.reader import iter_events
 
 from . import ddl
+from .changes import Unparsed
 from .history import Entry, SchemaHistoryError, SchemaTracker, read_history
+from .sqltext import split_statements
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
 
@@ -49,13 +51,13 @@ def seed_entries(tracker: SchemaTracker, text: str, file: str, pos: int) -> list
         SchemaHistoryError: a statement of the seed cannot be parsed (naming it).
     """
     db, out = "", []
-    for statement in ddl.split_statements(text):
+    for statement in split_statements(text):
         words = statement.split(None, 1)
         if words[0].upper() == "USE" and len(words) == 2:
             db = words[1].strip().strip("`")
             continue
         for change in ddl.parse(statement, db):
-            if isinstance(change, ddl.Unparsed):
+            if isinstance(change, Unparsed):
                 raise SchemaHistoryError(f"seed statement not understood ({change.reason}): {statement[:120]}")
             before = dict(tracker.catalog.databases)
             for state in tracker.catalog.apply(change).values():

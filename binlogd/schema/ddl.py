@@ -4,11 +4,11 @@
 the changes a statement makes to tables' columns (``CreateTable``, ``AlterTable``, ``RenameTables``,
 ``DropTables``, ``CreateDatabase``, ``AlterDatabase``, ``DropDatabase``), nothing for statements that
 change no columns (DML, indexes, comments, engine, partitions, views, users ...), and ``Unparsed``
-(naming the tables it mentions, when they can be found) for a DDL statement it cannot read.
+(naming the tables it mentions, when they can be found) for a DDL statement it cannot read; the
+records are in :mod:`binlogd.schema.changes`.
 
-Before parsing, executable comments are expanded as the server that logged the statement did:
-``/*! ... */`` always, ``/*!NNNNN ... */`` when the server's version is at least NNNNN, ``/*M!...*/``
-only on MariaDB; other comments are dropped. sqlglot's MySQL dialect lacks a few MariaDB/MySQL forms
+Before parsing, executable comments are expanded as the server that logged the statement did
+(:mod:`binlogd.schema.sqltext`). sqlglot's MySQL dialect lacks a few MariaDB/MySQL forms
 (several ALTER clauses, RENAME TABLE, ALTER DATABASE, some type names); those are read clause by
 clause with its tokenizer.
 """
@@ -17,16 +17,32 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sqlglot import exp
 from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType as TT
 
-from .model import BLOB_PACK, ColumnDef, charset_name, mbmaxlen
-
-Name = tuple[str, str]  # (schema, table)
+from .changes import (
+    AddColumn,
+    AlterDatabase,
+    AlterTable,
+    ChangeColumn,
+    Charset,
+    CreateDatabase,
+    CreateTable,
+    DropColumn,
+    DropDatabase,
+    DropTables,
+    PrimaryKey,
+    RenameColumn,
+    RenameTables,
+    RenameTo,
+    Unparsed,
+)
+from .model import BLOB_PACK, ColumnDef, charset_name
+from .sqltext import expand_comments, version_id
 
 _ANSI_QUOTES = 4        # sql_mode bit: "..." quotes identifiers
 
@@ -48,204 +64,15 @@ class _Dialect(MySQL):
 
 
 _DIALECT = _Dialect()
-# sqlglot logs a warning for every statement it falls back to reading as an opaque command; here that is
-# an expected outcome (handled clause by clause, or reported once as unparsed DDL), not news for the log.
-logging.getLogger("sqlglot").setLevel(logging.ERROR)
-
-
-# ------------------------------------------------------------------ change records
-
-
-@dataclass(frozen=True)
-class CreateTable:
-    """CREATE TABLE: ``columns`` (charsets only where the statement gives them), or ``like`` another table."""
-
-    name: Name
-    columns: tuple[ColumnDef, ...] = ()
-    primary_key: tuple[str, ...] = ()
-    charset: str | None = None
-    like: Name | None = None
-    if_not_exists: bool = False
-
-
-@dataclass(frozen=True)
-class AddColumn:
-    column: ColumnDef
-    position: str | None = None   # None: last; "" : FIRST; else AFTER that column
-    if_not_exists: bool = False
-
-
-@dataclass(frozen=True)
-class ChangeColumn:
-    """CHANGE old new-definition / MODIFY (old == column.name)."""
-
-    old: str
-    column: ColumnDef
-    position: str | None = None
-    if_exists: bool = False
-
-
-@dataclass(frozen=True)
-class DropColumn:
-    name: str
-    if_exists: bool = False
-
-
-@dataclass(frozen=True)
-class RenameColumn:
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class RenameTo:
-    name: Name
-
-
-@dataclass(frozen=True)
-class Charset:
-    """DEFAULT CHARSET (``convert`` False: new columns only) or CONVERT TO CHARACTER SET (every text column)."""
-
-    charset: str | None
-    convert: bool = False
-
-
-@dataclass(frozen=True)
-class PrimaryKey:
-    """ADD PRIMARY KEY (columns) / DROP PRIMARY KEY (no columns)."""
-
-    columns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class AlterTable:
-    name: Name
-    actions: tuple
-
-
-@dataclass(frozen=True)
-class RenameTables:
-    pairs: tuple[tuple[Name, Name], ...]
-
-
-@dataclass(frozen=True)
-class DropTables:
-    names: tuple[Name, ...]
-
-
-@dataclass(frozen=True)
-class CreateDatabase:
-    name: str
-    charset: str | None = None
-    if_not_exists: bool = False
-
-
-@dataclass(frozen=True)
-class AlterDatabase:
-    name: str
-    charset: str | None
-
-
-@dataclass(frozen=True)
-class DropDatabase:
-    name: str
-
-
-@dataclass(frozen=True)
-class Unparsed:
-    """A DDL statement that could not be read; ``names`` are the tables it mentions (empty: unknown)."""
-
-    names: tuple[Name, ...]
-    reason: str
+Name = tuple[str, str]  # (schema, table)
 
 
 class _Unsupported(Exception):
     """A statement (or clause) this module cannot turn into changes."""
 
-
-# ------------------------------------------------------------------ comments and quotes
-
-
-def version_id(server_version: str) -> tuple[bool, int]:
-    """(is MariaDB, version as the server's MYSQL_VERSION_ID: 10.11.19 → 101119) from an FDE's version;
-    an unknown version runs every versioned comment."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", server_version or "")
-    number = int(m[1]) * 10000 + int(m[2]) * 100 + int(m[3]) if m else 999999
-    return "mariadb" in (server_version or "").lower(), number
-
-
-def _quoted_end(sql: str, i: int) -> int:
-    """Index just past the quoted string or identifier starting at ``sql[i]``."""
-    quote, j = sql[i], i + 1
-    while j < len(sql):
-        ch = sql[j]
-        if ch == "\\" and quote != "`":
-            j += 2
-            continue
-        if ch == quote:
-            if j + 1 < len(sql) and sql[j + 1] == quote:
-                j += 2
-                continue
-            return j + 1
-        j += 1
-    return len(sql)
-
-
-def expand_comments(sql: str, mariadb: bool = True, version: int = 999999, ansi_quotes: bool = False) -> str:
-    """The statement as the server executed it: executable comments opened, other comments removed,
-    and (``ansi_quotes``) double-quoted identifiers turned into backquoted ones."""
-    out, i, n = [], 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch in "'\"`":
-            j = _quoted_end(sql, i)
-            piece = sql[i:j]
-            if ch == '"' and ansi_quotes:
-                piece = "`" + piece[1:-1].replace('""', '"').replace("`", "``") + "`"
-            out.append(piece)
-            i = j
-        elif sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            end = n if end < 0 else end
-            body = sql[i + 2:end]
-            special = 2 if body.startswith("M!") else 1 if body.startswith("!") else 0
-            if special:
-                digits = re.match(r"\d{5,6}" if mariadb else r"\d{5}", body[special:])
-                wanted = int(digits[0]) if digits else 0
-                runs = (special == 1 or mariadb) and wanted <= version
-                out.append(" " + body[special + (len(digits[0]) if digits else 0):] + " " if runs else " ")
-            else:
-                out.append(" ")
-            i = end + 2
-        elif ch == "#" or (sql.startswith("--", i) and (i + 2 >= n or sql[i + 2] in " \t\r\n")):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out).strip().rstrip(";").strip()
-
-
-def split_statements(text: str) -> list[str]:
-    """The statements of an SQL script, split at semicolons outside quotes and comments (empty ones dropped)."""
-    out, i, begin, n = [], 0, 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "'\"`":
-            i = _quoted_end(text, i)
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif ch == "#" or text.startswith("-- ", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        else:
-            if ch == ";":
-                out.append(text[begin:i])
-                begin = i + 1
-            i += 1
-    out.append(text[begin:])
-    return [s.strip() for s in out if s.strip()]
+# sqlglot logs a warning for every statement it falls back to reading as an opaque command; here that is
+# an expected outcome (handled clause by clause, or reported once as unparsed DDL), not news for the log.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 
 # ------------------------------------------------------------------ entry point
@@ -425,7 +252,6 @@ _SIMPLE = {"YEAR": "year", "DATE": "date", "JSON": "json", "GEOMETRY": "geometry
            "TIMESTAMPTZ": "timestamp", "TIMESTAMPLTZ": "timestamp", "CHAR": "char", "NCHAR": "char",
            "VARCHAR": "varchar", "NVARCHAR": "varchar", "BINARY": "binary", "VARBINARY": "varbinary", "BIT": "bit",
            "ENUM": "enum", "SET": "set", "VECTOR": "vector", **{k.upper(): k for k in BLOB_PACK}}
-_TEXT_BY_SIZE = ((255, "tiny"), (65535, ""), (16777215, "medium"), (1 << 32, "long"))
 
 
 def _params(dt: exp.DataType) -> list[int]:
@@ -497,15 +323,6 @@ def _column(node: exp.ColumnDef) -> tuple[ColumnDef, bool]:
         kind = "binary" if kind == "char" else "varbinary"
     col = ColumnDef(node.name, kind, nullable=nullable, charset=charset or collate, **fields)
     return col, pk
-
-
-def sized_text(col: ColumnDef, charset: str | None) -> ColumnDef:
-    """TEXT(n)/BLOB(n): the smallest TEXT/BLOB type that holds n characters (bytes) of ``charset``."""
-    if col.type not in ("text", "blob") or col.length is None:
-        return col
-    size = col.length * (1 if col.type == "blob" else mbmaxlen(charset) if charset else 4)
-    prefix = next(p for limit, p in _TEXT_BY_SIZE if size <= limit)
-    return replace(col, type=prefix + col.type, length=None)
 
 
 # ------------------------------------------------------------------ ALTER TABLE

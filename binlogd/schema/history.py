@@ -29,6 +29,7 @@ from binlogd.protocol.errors import BinlogError
 
 from . import ddl
 from .catalog import DROPPED, UNKNOWN, Catalog
+from .changes import Unparsed
 from .model import CheckedSchema, TableDef, charset_name, compile_schema
 
 Name = tuple[str, str]
@@ -258,7 +259,7 @@ class SchemaTracker:
         server = charset_name(charset_for_collation(event.status.get("charset", {}).get("server")))
         out = []
         for change in changes:
-            if isinstance(change, ddl.Unparsed):
+            if isinstance(change, Unparsed):
                 self.unparsed += 1
                 names = ", ".join(f"{s}.{t}" for s, t in change.names) or "every known table"
                 self.warn(f"{file}:{event.header.pos}: cannot parse DDL ({change.reason}); "

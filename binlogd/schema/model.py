@@ -8,7 +8,7 @@ turns it into the :class:`binlogd.protocol.tablemap.TableSchema` the decoder app
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from binlogd.protocol.charsets import COLLATIONS, charset_for_collation
 from binlogd.protocol.constants import ColumnType as T
@@ -28,6 +28,7 @@ BLOB_PACK = {"tinytext": 1, "text": 2, "mediumtext": 3, "longtext": 4,
              "tinyblob": 1, "blob": 2, "mediumblob": 3, "longblob": 4}
 FIXED_BINARY = {"inet6": 16, "uuid": 16, "inet4": 4}  # MariaDB's types stored as BINARY(n)
 CHAR_TYPES = frozenset({"char", "varchar", "binary", "varbinary", "enum", "set"} | set(BLOB_PACK))
+_TEXT_BY_SIZE = ((255, "tiny"), (65535, ""), (16777215, "medium"), (1 << 32, "long"))
 _TEMPORAL = {"time": (T.TIME2, T.TIME), "datetime": (T.DATETIME2, T.DATETIME), "timestamp": (T.TIMESTAMP2, T.TIMESTAMP)}
 
 
@@ -182,6 +183,15 @@ def _same_charset(col: ColumnDef, tm: Column) -> bool:
     """False only when both sides know the character set and they differ."""
     logged = charset_for_collation(tm.collation)
     return col.charset is None or logged is None or charset_name(logged) == col.charset
+
+
+def sized_text(col: ColumnDef, charset: str | None) -> ColumnDef:
+    """TEXT(n)/BLOB(n): the smallest TEXT/BLOB type that holds n characters (bytes) of ``charset``."""
+    if col.type not in ("text", "blob") or col.length is None:
+        return col
+    size = col.length * (1 if col.type == "blob" else mbmaxlen(charset) if charset else 4)
+    prefix = next(p for limit, p in _TEXT_BY_SIZE if size <= limit)
+    return replace(col, type=prefix + col.type, length=None)
 
 
 def agrees(table: TableDef, columns: tuple[Column, ...] | list[Column]) -> bool:

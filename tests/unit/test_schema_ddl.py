@@ -12,7 +12,7 @@ import pytest
 
 from binlogd.schema import ddl
 from binlogd.schema.catalog import DROPPED, UNKNOWN, Catalog
-from binlogd.schema.ddl import (
+from binlogd.schema.changes import (
     AddColumn,
     AlterDatabase,
     AlterTable,
@@ -30,6 +30,7 @@ from binlogd.schema.ddl import (
     Unparsed,
 )
 from binlogd.schema.model import ColumnDef
+from binlogd.schema.sqltext import split_statements
 
 MARIADB = "10.11.19-MariaDB-log"
 
@@ -205,7 +206,7 @@ def test_unparseable_ddl_names_its_tables_and_never_raises():
 
 def test_split_statements_of_a_seed_script():
     script = "USE d; /*!40101 SET x = 1 */;\nCREATE TABLE `a;b` (v VARCHAR(3) DEFAULT ';') -- c;\n;\n# c;\n"
-    assert ddl.split_statements(script) == ["USE d", "/*!40101 SET x = 1 */",
+    assert split_statements(script) == ["USE d", "/*!40101 SET x = 1 */",
                                             "CREATE TABLE `a;b` (v VARCHAR(3) DEFAULT ';') -- c;", "# c;"]
 
 

@@ -1,0 +1,115 @@
+"""The change records :func:`binlogd.schema.ddl.parse` returns: what a DDL statement does to tables' columns.
+
+Plain frozen dataclasses (no sqlglot types): :mod:`binlogd.schema.catalog` applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import ColumnDef
+
+Name = tuple[str, str]  # (schema, table)
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    """CREATE TABLE: ``columns`` (charsets only where the statement gives them), or ``like`` another table."""
+
+    name: Name
+    columns: tuple[ColumnDef, ...] = ()
+    primary_key: tuple[str, ...] = ()
+    charset: str | None = None
+    like: Name | None = None
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    column: ColumnDef
+    position: str | None = None   # None: last; "" : FIRST; else AFTER that column
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class ChangeColumn:
+    """CHANGE old new-definition / MODIFY (old == column.name)."""
+
+    old: str
+    column: ColumnDef
+    position: str | None = None
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class RenameTo:
+    name: Name
+
+
+@dataclass(frozen=True)
+class Charset:
+    """DEFAULT CHARSET (``convert`` False: new columns only) or CONVERT TO CHARACTER SET (every text column)."""
+
+    charset: str | None
+    convert: bool = False
+
+
+@dataclass(frozen=True)
+class PrimaryKey:
+    """ADD PRIMARY KEY (columns) / DROP PRIMARY KEY (no columns)."""
+
+    columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AlterTable:
+    name: Name
+    actions: tuple
+
+
+@dataclass(frozen=True)
+class RenameTables:
+    pairs: tuple[tuple[Name, Name], ...]
+
+
+@dataclass(frozen=True)
+class DropTables:
+    names: tuple[Name, ...]
+
+
+@dataclass(frozen=True)
+class CreateDatabase:
+    name: str
+    charset: str | None = None
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AlterDatabase:
+    name: str
+    charset: str | None
+
+
+@dataclass(frozen=True)
+class DropDatabase:
+    name: str
+
+
+@dataclass(frozen=True)
+class Unparsed:
+    """A DDL statement that could not be read; ``names`` are the tables it mentions (empty: unknown)."""
+
+    names: tuple[Name, ...]
+    reason: str
