@@ -17,11 +17,14 @@ benchmark in one command:
    (c) **mariadb-binlog** ``--base64-output=decode-rows -vv``, text to /dev/null, twice: reading the
        server's files from disk, and reading the log from the server (``--read-from-remote-server``)
        as binlogd does;
+   (d) **binlogd dump --json** of the server's files to /dev/null (a process of its own), against (c)
+       from the files;
 
 3. checks that every side saw the same number of row changes (binlogd: lines in its sink files; an
    update's before/after pair is one change) and exits with status 1 if not;
-4. prints rows/s (best and range over the rounds), binlogd / python-mysql-replication and binlogd /
-   mariadb-binlog (both of its modes), the machine and the date. ``--json``: one JSON object.
+4. prints rows/s (best and range over the rounds), binlogd / python-mysql-replication, binlogd /
+   mariadb-binlog (both of its modes) and binlogd dump --json / mariadb-binlog (files), the machine
+   and the date. ``--json``: one JSON object.
    ``--profile`` adds one more binlogd run under cProfile (top 25 by tottime);
    ``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups).
 """
@@ -138,15 +141,25 @@ def run_mariadb_binlog(cmd: list[str]) -> None:
     subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
 
 
+def dump_cmd(files: list[Path]) -> list[str]:
+    return [sys.executable, "-m", "binlogd.cli", "dump", "--json", *map(str, files)]
+
+
+def count_dump(cmd: list[str], env: dict) -> int:
+    """Row changes in ``binlogd dump --json`` output (one untimed run): rows of WRITE/DELETE, pairs of UPDATE."""
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, env=env).stdout
+    return sum(len(json.loads(line).get("rows", ())) for line in out.splitlines() if b'"rows":' in line)
+
+
 def remote_cmd(srv, first_file: str) -> list[str]:
     exe = mariadb_binlog_cmd([])[0]
     return [exe, "--no-defaults", "--read-from-remote-server", "--host=127.0.0.1", f"--port={srv.port}",
             f"--user={srv.user}", "--to-last-log", "--base64-output=decode-rows", "-vv", first_file]
 
 
-def _timed(fn, *args):
+def _timed(fn, *args, **kwargs):
     t0 = time.perf_counter()
-    result = fn(*args)
+    result = fn(*args, **kwargs)
     return time.perf_counter() - t0, result
 
 
@@ -182,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now().astimezone()
     work = Path(tempfile.mkdtemp(prefix="binlogd-cdc-"))
     times: dict[str, list[float]] = {"binlogd": [], "python-mysql-replication": [],
-                                     "mariadb-binlog (files)": [], "mariadb-binlog (remote)": []}
+                                     "mariadb-binlog (files)": [], "mariadb-binlog (remote)": [],
+                                     "binlogd dump --json": []}
     counts: dict[str, int] = {}
     first_lines: list[float] = []
     profile = None
@@ -196,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             total = sum(expected.values())
             log(f"backlog: {expected} ({total} row changes), {nbytes / 1e6:.1f} MB in {len(files) - 1} file(s)")
             first, target = files[0].name, files[-1].name
-            local, remote = mariadb_binlog_cmd(files[:-1]), remote_cmd(srv, first)
+            local, remote, dump = mariadb_binlog_cmd(files[:-1]), remote_cmd(srv, first), dump_cmd(files[:-1])
             for rnd in range(ns.repeat):
                 run_dir = work / f"binlogd-{rnd}"
                 run_dir.mkdir()
@@ -211,10 +225,13 @@ def main(argv: list[str] | None = None) -> int:
                 times["python-mysql-replication"].append(seconds)
                 times["mariadb-binlog (files)"].append(_timed(run_mariadb_binlog, local)[0])
                 times["mariadb-binlog (remote)"].append(_timed(run_mariadb_binlog, remote)[0])
+                times["binlogd dump --json"].append(_timed(subprocess.run, dump, stdout=subprocess.DEVNULL,
+                                                           check=True, env=env)[0])
                 log(f"round {rnd + 1}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items()))
             if not ns.binlogd_only:
                 counts["mariadb-binlog (files)"] = count_mariadb_binlog(local)
                 counts["mariadb-binlog (remote)"] = count_mariadb_binlog(remote)
+                counts["binlogd dump --json"] = count_dump(dump, env)
             if ns.profile:
                 run_dir = work / "profile"
                 run_dir.mkdir()
@@ -241,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_binlogd_vs_python_mysql_replication": best["binlogd"] / best["python-mysql-replication"],
         "ratio_binlogd_vs_mariadb_binlog_files": best["binlogd"] / best["mariadb-binlog (files)"],
         "ratio_binlogd_vs_mariadb_binlog_remote": best["binlogd"] / best["mariadb-binlog (remote)"],
+        "ratio_dump_json_vs_mariadb_binlog_files": best["binlogd dump --json"] / best["mariadb-binlog (files)"],
         "row_counts": {"expected": total, **counts},
     }
     mismatch = len(set(result["row_counts"].values())) != 1
@@ -255,13 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         modes = {"binlogd": "binlogd run, jsonl sink, durable, from process start",
                  "python-mysql-replication": f"{peer_version}, one json.dumps per row to a file",
                  "mariadb-binlog (files)": "-vv from the files, to /dev/null",
-                 "mariadb-binlog (remote)": "-vv --read-from-remote-server, to /dev/null"}
+                 "mariadb-binlog (remote)": "-vv --read-from-remote-server, to /dev/null",
+                 "binlogd dump --json": "from the files, to /dev/null"}
         for name, r in rates.items():
             print(f"  {name:<25} {r[-1]:>10,.0f} rows/s  (range {r[0]:,.0f}-{r[-1]:,.0f}; {modes[name]})")
         print(f"  binlogd's first change line after {result['binlogd_first_line_seconds'] * 1000:.0f} ms")
         print(f"  binlogd / python-mysql-replication:      {result['ratio_binlogd_vs_python_mysql_replication']:.2f}x")
         print(f"  binlogd / mariadb-binlog -vv (files):    {result['ratio_binlogd_vs_mariadb_binlog_files']:.2f}x")
         print(f"  binlogd / mariadb-binlog -vv (remote):   {result['ratio_binlogd_vs_mariadb_binlog_remote']:.2f}x")
+        print(f"  binlogd dump --json / mariadb-binlog (files): "
+              f"{result['ratio_dump_json_vs_mariadb_binlog_files']:.2f}x")
         print(f"  row changes: {result['row_counts']}")
     if profile:
         print("\ncProfile of one binlogd run (top 25 by tottime):", file=sys.stderr)
