@@ -18,7 +18,7 @@ dump --json``) are built on :func:`rows_json`.
 from __future__ import annotations
 
 from . import events as E
-from . import rowcodec
+from . import rowcodec, speedups
 from .rows import RowImages
 from .serialize import dumps, event_to_dict
 
@@ -32,14 +32,14 @@ except ImportError:  # not built: the reference path writes every row
 _PROBES = (None, True, False, 0, -1, 2**64 - 1, -2**63, 0.0, -0.0, 1.0, 0.1, -1.5, 1e-5, 1.5e-5, 1e-6, 1e15, 1e16,
            1.2345678901234567e19, 1e22, 5e-324, 1.7976931348623157e308, float("nan"), float("inf"),
            "".join(map(chr, range(128))) + "\u00e9\u20ac\U0001f600\u2028\u2029", "\\x00")
-_speedups = (C is not None and rowcodec.C is not None and rowcodec.speedups_enabled()
+_speedups = (C is not None and rowcodec.C is not None and speedups.ENABLED
              and all(C.scalar(x) == dumps(x) for x in _PROBES))
 
 
 def use_speedups(enabled: bool = True) -> bool:
     """Write rows with the C extension (when it is built) or not; returns whether it now does.
 
-    The default comes from ``BINLOGD_PURE_PYTHON``.
+    The default comes from ``BINLOGD_PURE_PYTHON`` (:mod:`protocol.speedups`).
     """
     global _speedups
     _speedups = bool(enabled) and C is not None and rowcodec.C is not None and all(

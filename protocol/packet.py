@@ -25,17 +25,17 @@ length-encoded integers and strings.
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 
+from . import speedups
 from .errors import ProtocolError, ServerError, TruncatedError
 
 try:
     from ._skim import ok_payloads as _ok_payloads_c
 except ImportError:  # not built: BufferedPacketReader.next_ok_payloads loops in Python
     _ok_payloads_c = None
-if os.environ.get("BINLOGD_PURE_PYTHON", "") not in ("", "0"):
+if not speedups.ENABLED:
     _ok_payloads_c = None
 
 __all__ = [

@@ -17,11 +17,11 @@ Set ``BINLOGD_PURE_PYTHON=1`` in the environment, or call
 
 from __future__ import annotations
 
-import os
 import struct
 from functools import partial as _bind
 from typing import Callable
 
+from . import speedups
 from . import values as V
 from .charsets import codec_for_collation
 from .constants import ColumnType as T
@@ -44,7 +44,7 @@ try:
     from . import _rowimage as C
 except ImportError:  # not built (no compiler at install time): the generated Python code does it all
     C = None
-_speedups = C is not None and os.environ.get("BINLOGD_PURE_PYTHON", "") in ("", "0")
+_speedups = C is not None and speedups.ENABLED
 
 
 def use_speedups(enabled: bool = True) -> bool:

@@ -15,9 +15,9 @@ the same result.
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
+from . import speedups
 from .constants import LOG_EVENT_ARTIFICIAL_F
 from .primitives import HEADER_V4, U32
 
@@ -26,7 +26,7 @@ try:
 except ImportError:  # not built: the Python loop below does the same
     C = None
 _HEADER = 19
-_USE_C = C is not None and os.environ.get("BINLOGD_PURE_PYTHON", "") in ("", "0")
+_USE_C = C is not None and speedups.ENABLED
 
 
 class SkimRun(NamedTuple):

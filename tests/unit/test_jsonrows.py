@@ -156,14 +156,16 @@ def test_corpus_goes_through_c(monkeypatch) -> None:
     assert calls["ok"] > 1000 and calls["failed"] == 0, calls
 
 
-def test_environment_turns_the_writer_off() -> None:
-    code = "from binlogd.protocol import jsonrows; print(jsonrows._speedups)"
+def test_one_switch_turns_every_speedup_off() -> None:
+    """BINLOGD_PURE_PYTHON=1 turns off the JSON writer, the row image decoder, the skim and the framing loop."""
+    code = ("from binlogd.protocol import jsonrows, packet, rowcodec, skim; "
+            "print(jsonrows._speedups, rowcodec.speedups_enabled(), skim._USE_C, packet._ok_payloads_c is not None)")
     env = dict(os.environ, BINLOGD_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.split() == ["False"] * 4
     env.pop("BINLOGD_PURE_PYTHON")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert out.stdout.split() == ["True"] * 4
 
 
 # --------------------------------------------------------------------------- synthetic rows
