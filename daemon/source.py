@@ -1,13 +1,13 @@
 """One replication connection to the primary.
 
 aiomysql (PyMySQL's protocol code) does the handshake, authentication
-(mysql_native_password, caching_sha2_password, ed25519) and TLS. We then run
-a few admin statements, and from COM_REGISTER_SLAVE on we write command packets
-and read raw packets ourselves on the same stream, through the sans-I/O
-:class:`protocol.packet.BufferedPacketReader`. Once the dump command is sent, the
-transport delivers straight into that reader's buffers (an :class:`asyncio.BufferedProtocol`
-replaces aiomysql's stream protocol), and events are memoryviews of them: no copy from
-the socket to the sink.
+(mysql_native_password, caching_sha2_password, ed25519) and TLS, through
+:mod:`binlogd.daemon._aiomysql`, the one module that knows its internals (the password goes
+as UTF-8 bytes, as the MySQL and MariaDB clients send it). We then run a few admin
+statements; from COM_REGISTER_SLAVE on, the transport delivers straight into the sans-I/O
+:class:`protocol.packet.BufferedPacketReader`'s buffers (an :class:`asyncio.BufferedProtocol`
+replaces aiomysql's stream protocol), we write command packets to it ourselves, and events
+are memoryviews of those buffers: no copy from the socket to the sink.
 """
 
 from __future__ import annotations
@@ -22,13 +22,27 @@ from binlogd.protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com
 from binlogd.protocol.errors import BinlogError, ProtocolError, ServerError, TruncatedError
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.packet import BufferedPacketReader, encode_packet, is_eof, is_err, parse_err
-
-from .position import Position
+from binlogd.protocol.position import Position
 
 ER_ACCESS_DENIED = {1045, 1044, 1227, 1698, 1251}
+CR_AUTH_PLUGIN_CANNOT_LOAD = 2059  # the client does not know the account's authentication plugin
 ER_MASTER_FATAL_READING_BINLOG = 1236
-_READ_SIZE = 1 << 18
 _PAUSE_ABOVE = 8 << 20  # unparsed bytes at which the receiver stops reading the socket for a while
+
+
+_IMPOSSIBLE = ("impossible position", "replication from position", "bogus data", "truncated in the middle of event")
+_PURGED = ("could not find first log file", "purged", "too old")
+
+
+def why_1236(message: str) -> str:
+    """What an ERR 1236 text most likely means, to append to it: an impossible position, a purged binlog
+    (see README), or nothing when the server's words say it all (diverged GTIDs, a checksum refused)."""
+    text = message.lower()
+    if any(marker in text for marker in _IMPOSSIBLE):
+        return "; the position is impossible: no event starts there in that file"
+    if any(marker in text for marker in _PURGED):
+        return "; it was probably purged: see README 'After ERR 1236'"
+    return ""
 
 
 class SourceError(BinlogError):
@@ -74,9 +88,11 @@ def require_tls(conn, cfg) -> None:
     Raises:
         SourceError("tls", fatal): the connection is not encrypted.
     """
+    from . import _aiomysql
+
     if cfg.tls.mode in ("required", "verify_ca", "verify_identity"):
-        writer = getattr(conn, "_writer", None)
-        if writer is None or writer.transport.get_extra_info("ssl_object") is None:
+        transport = _aiomysql.transport(conn)
+        if transport is None or transport.get_extra_info("ssl_object") is None:
             conn.close()
             raise SourceError("tls", f"{cfg.host}:{cfg.port} does not offer TLS, and source.tls.mode is "
                               f"{cfg.tls.mode!r}: refusing to replicate in plain text", fatal=True)
@@ -91,11 +107,11 @@ async def admin_connection(source):
         SourceError("tls", fatal): TLS is required and the server does not offer it.
         pymysql.err.OperationalError, OSError: the connection failed.
     """
-    import aiomysql
+    from . import _aiomysql
 
-    conn = await aiomysql.connect(host=source.host, port=source.port, user=source.user,
-                                  password=source.password.reveal(), ssl=source.tls.ssl_context(),
-                                  connect_timeout=source.connect_timeout, autocommit=True)
+    conn = await _aiomysql.connect(host=source.host, port=source.port, user=source.user,
+                                   password=source.password.reveal(), ssl=source.tls.ssl_context(),
+                                   connect_timeout=source.connect_timeout)
     require_tls(conn, source)
     return conn
 
@@ -117,9 +133,7 @@ class SourceConnection:
         self.conn = None
         self.info: ServerInfo | None = None
         self._packets = BufferedPacketReader()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._receiver: _Receiver | None = None  # the transport's protocol once the dump is sent
+        self._receiver: _Receiver | None = None  # the transport's protocol from COM_REGISTER_SLAVE on
         self._pending: bytes | memoryview | None = None  # an ERR/EOF packet seen while batching
         self.bytes_received = 0
         self.idle_timeout: float | None = None  # seconds of silence that mean the link is dead
@@ -130,20 +144,20 @@ class SourceConnection:
         Raises:
             SourceError: auth (fatal), unreachable, misconfigured (binlog off / not ROW, fatal).
         """
-        import aiomysql
         import pymysql
+
+        from . import _aiomysql
 
         cfg = self.cfg
         try:
-            self.conn = await aiomysql.connect(
+            self.conn = await _aiomysql.connect(
                 host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.reveal(),
-                ssl=cfg.tls.ssl_context(), connect_timeout=cfg.connect_timeout, autocommit=True,
-                program_name="binlogd")
+                ssl=cfg.tls.ssl_context(), connect_timeout=cfg.connect_timeout)
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
-            if code in ER_ACCESS_DENIED:
-                raise SourceError("auth", f"authentication failed for user {cfg.user!r} at {cfg.host}:{cfg.port} "
-                                  f"(server error {code})", fatal=True) from None
+            if code in ER_ACCESS_DENIED or code == CR_AUTH_PLUGIN_CANNOT_LOAD:
+                raise SourceError("auth", f"authentication failed for user {cfg.user!r} at {cfg.host}:{cfg.port}: "
+                                  f"{exc.args[-1]} (error {code})", fatal=True) from None
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, ssl.SSLError):  # retrying cannot fix a certificate
                 if isinstance(cause, ssl.SSLCertVerificationError):
@@ -228,8 +242,8 @@ class SourceConnection:
                 gtids = position.gtid_list.replace("'", "")
                 await self.query(f"SET @slave_connect_state = '{gtids}', @slave_gtid_strict_mode = 0, "
                                  "@slave_gtid_ignore_duplicates = 0")
-        self._reader, self._writer = self.conn._reader, self.conn._writer  # after the handshake: raw packets
-        await self._command(com_register_slave(server_id, port=0))
+        self._receive_directly()  # after the admin statements: raw packets both ways
+        self._command(com_register_slave(server_id, port=0))
         reply = await self._packet()
         if is_err(reply):
             raise self._server_error(parse_err(reply), "COM_REGISTER_SLAVE")
@@ -242,31 +256,28 @@ class SourceConnection:
             cmd = com_binlog_dump("", 4, server_id, flags)
         else:
             cmd = com_binlog_dump(position.file, position.pos, server_id, flags)
-        await self._command(cmd)
-        self._receive_directly()
+        self._command(cmd)
 
     def _receive_directly(self) -> None:
-        """From now on the transport writes into the packet reader's buffers (no more commands
-        are sent); whatever aiomysql's StreamReader already holds moves over first."""
-        transport = self._writer.transport
+        """From now on the transport writes into the packet reader's buffers (aiomysql runs no more
+        statements on this connection); whatever its StreamReader already holds moves over first."""
+        from . import _aiomysql
+
+        held = _aiomysql.take_over(self.conn)
+        transport = _aiomysql.transport(self.conn)
         receiver = _Receiver(self._packets, transport)
-        held = self._reader._buffer
-        if held:
-            self.bytes_received += len(held)
-            self._packets.feed(held)
-            held.clear()
-        if self._reader._exception is not None:
-            receiver.error = self._reader._exception
-        elif self._reader.at_eof() or self._reader._eof:
-            receiver.eof = True
+        if held.data:
+            self.bytes_received += len(held.data)
+            self._packets.feed(held.data)
+        receiver.error, receiver.eof = held.error, held.error is None and held.eof
         transport.set_protocol(receiver)
         self._receiver = receiver
         if not transport.is_reading():
             transport.resume_reading()  # the StreamReader may have paused it (flow control)
 
-    async def _command(self, payload: bytes) -> None:
-        self._writer.write(encode_packet(payload, 0))
-        await self._writer.drain()
+    def _command(self, payload: bytes) -> None:
+        """Send one command packet (the transport buffers it; a lost connection shows on the next read)."""
+        self._receiver.transport.write(encode_packet(payload, 0))
 
     async def _packet(self) -> bytes | memoryview:
         if self._pending is not None:
@@ -276,26 +287,14 @@ class SourceConnection:
             payload = self._packets.next_payload()
             if payload is not None:
                 return payload
-            if self._receiver is not None:
-                await self._receive()
-                continue
-            try:
-                # The deadline is per socket read: a slow link that keeps sending is alive,
-                # only silence (no byte at all) for idle_timeout seconds means a dead one.
-                async with asyncio.timeout(self.idle_timeout):
-                    data = await self._reader.read(_READ_SIZE)
-            except TimeoutError:
-                raise self._timeout() from None
-            if not data:
-                self._closed()
-            self.bytes_received += len(data)
-            self._packets.feed(data)
+            await self._receive()
 
     async def _receive(self) -> None:
-        """Wait for the receiver to deliver bytes (same idle deadline and errors as a socket read)."""
+        """Wait for the receiver to deliver bytes. The deadline is per delivery: a slow link that keeps
+        sending is alive, only silence (no byte at all) for ``idle_timeout`` seconds means a dead one."""
         receiver = self._receiver
         if receiver.error is not None:
-            raise receiver.error
+            raise self._lost(receiver.error)
         if receiver.eof:
             self._closed()
         receiver.resume()  # the reader needs more bytes: never stay paused then
@@ -307,7 +306,12 @@ class SourceConnection:
             raise self._timeout() from None
         self.bytes_received += receiver.received - before
         if receiver.error is not None and receiver.received == before:
-            raise receiver.error
+            raise self._lost(receiver.error)
+
+    @staticmethod
+    def _lost(error: BaseException) -> SourceError:
+        reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        return SourceError("connection", f"the connection to the primary was lost: {reason}")
 
     def _timeout(self) -> SourceError:
         return SourceError("timeout", f"no packet from the primary for {self.idle_timeout:g}s "
@@ -358,8 +362,7 @@ class SourceConnection:
     def _server_error(self, err: ServerError, during: str) -> SourceError:
         if err.code == ER_MASTER_FATAL_READING_BINLOG:
             return SourceError("binlog_missing", f"{during}: the primary cannot send the requested binlog "
-                               f"(error 1236: {err.message}); it was probably purged: see README 'After ERR 1236'",
-                               fatal=True)
+                               f"(error 1236: {err.message}){why_1236(err.message)}", fatal=True)
         if err.code in ER_ACCESS_DENIED:
             return SourceError("auth", f"{during}: {err} (grant REPLICATION SLAVE and REPLICATION CLIENT)", True)
         return SourceError("server", f"{during}: {err}", fatal=err.code in (1236, 1371))

@@ -1,0 +1,109 @@
+"""The one place binlogd depends on aiomysql's (and asyncio's stream) internals.
+
+aiomysql does the handshake, authentication and TLS; then binlogd takes the connection's transport
+over and reads raw replication packets itself (:mod:`binlogd.daemon.source`). Everything here is
+checked against the installed aiomysql by ``tests/unit/test_aiomysql_seam.py`` (pyproject allows
+``aiomysql>=0.2,<0.4``; tested with 0.3.2).
+
+- Passwords: MySQL's and MariaDB's clients send a password's UTF-8 bytes; aiomysql encodes it with
+  Latin-1 in every plugin. :func:`connect` hands it the UTF-8 bytes decoded as Latin-1 (one code point
+  per byte), so aiomysql's encoding gives those bytes back. This uses only the public ``password``.
+- MariaDB's ``client_ed25519``, which aiomysql lacks: :class:`_Connection` answers its
+  AuthSwitchRequest (private: ``Connection._process_auth``, ``_read_packet``, ``_password``,
+  ``_connect``). The signature is made with PyNaCl.
+- :func:`transport` and :func:`take_over`: the connection's transport (``Connection._writer``), and
+  what its StreamReader already holds (``StreamReader._buffer``, ``_exception``, ``_eof``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+
+from aiomysql.connection import Connection
+from pymysql.err import OperationalError
+
+ER_NOT_SUPPORTED_AUTH_MODE = 1251
+
+
+def ed25519_response(password: bytes, scramble: bytes) -> bytes:
+    """MariaDB's ``client_ed25519``: an Ed25519 signature of ``scramble`` whose secret scalar and nonce come
+    from SHA-512 of the password (any length), not of a 32-byte seed.
+
+    Raises:
+        OperationalError(1251): PyNaCl is not installed (the message says what to install).
+    """
+    try:
+        from nacl.bindings import (
+            crypto_core_ed25519_scalar_add,
+            crypto_core_ed25519_scalar_mul,
+            crypto_core_ed25519_scalar_reduce,
+            crypto_scalarmult_ed25519_base_noclamp,
+        )
+    except ImportError:
+        raise OperationalError(ER_NOT_SUPPORTED_AUTH_MODE, "the account authenticates with ed25519, which needs "
+                               "PyNaCl: pip install 'binlogd[daemon]'") from None
+    digest = hashlib.sha512(password).digest()
+    secret = bytearray(digest[:32])
+    secret[0] &= 248
+    secret[31] = (secret[31] & 127) | 64
+    scalar = crypto_core_ed25519_scalar_reduce(bytes(secret) + bytes(32))
+    public = crypto_scalarmult_ed25519_base_noclamp(scalar)
+    nonce = crypto_core_ed25519_scalar_reduce(hashlib.sha512(digest[32:] + scramble).digest())
+    point = crypto_scalarmult_ed25519_base_noclamp(nonce)
+    k = crypto_core_ed25519_scalar_reduce(hashlib.sha512(point + public + scramble).digest())
+    return point + crypto_core_ed25519_scalar_add(crypto_core_ed25519_scalar_mul(k, scalar), nonce)
+
+
+class _Connection(Connection):
+    """aiomysql's connection, plus MariaDB's ed25519 authentication."""
+
+    async def _process_auth(self, plugin_name, auth_packet):
+        if plugin_name != b"client_ed25519":
+            return await super()._process_auth(plugin_name, auth_packet)
+        self.write_packet(ed25519_response(self._password.encode("latin-1"), auth_packet.read_all()))
+        reply = await self._read_packet()
+        reply.check_error()
+        self._auth_plugin_used = "client_ed25519"
+        return reply
+
+
+async def connect(*, host: str, port: int, user: str, password: str, ssl, connect_timeout: float,
+                  program_name: str = "binlogd") -> Connection:
+    """An authenticated aiomysql connection (autocommit), the password sent as UTF-8 bytes.
+
+    Raises:
+        pymysql.err.OperationalError, OSError, asyncio.TimeoutError: as ``aiomysql.connect``.
+    """
+    conn = _Connection(host=host, port=port, user=user, password=password.encode("utf-8").decode("latin-1"),
+                       ssl=ssl, connect_timeout=connect_timeout, autocommit=True, program_name=program_name)
+    await conn._connect()
+    return conn
+
+
+def transport(conn: Connection) -> asyncio.Transport | None:
+    """The connection's transport (None once closed)."""
+    writer = conn._writer
+    return writer.transport if writer is not None else None
+
+
+@dataclass(frozen=True)
+class Held:
+    """What aiomysql's StreamReader had received when the transport was taken over.
+
+    Fields: data (bytes not yet read), error (the exception the connection was lost with, or None),
+    eof (the peer closed its side).
+    """
+
+    data: bytes
+    error: BaseException | None
+    eof: bool
+
+
+def take_over(conn: Connection) -> Held:
+    """Empty the connection's StreamReader, for a new protocol on its transport to go on from there."""
+    reader = conn._reader
+    data = bytes(reader._buffer)
+    reader._buffer.clear()
+    return Held(data, reader._exception, reader.at_eof() or reader._eof)
