@@ -1,17 +1,42 @@
-"""The daemon's HTTP endpoints: /metrics, /healthz and /readyz (DESIGN.md, "Metrics")."""
+"""The daemon's HTTP endpoints: /metrics, /healthz and /readyz (DESIGN.md, "Metrics").
+
+The port is open to whoever can reach it (in Kubernetes, every pod), so no client may stall the
+daemon or take its file descriptors:
+
+- One thread runs the server on its own asyncio loop: nothing a client does runs on the daemon's
+  loop, and a connection costs a socket, not a thread.
+- At most ``max_connections`` are open at once: 64, or an eighth of the soft RLIMIT_NOFILE when that
+  is smaller (:func:`connection_cap`). A connection over the cap closes the oldest one still sending
+  its request; when every open one is being answered, the new one is closed at once.
+- Each connection carries one request and is closed after the response (``Connection: close``). Its
+  request head (at most 8 KiB) must arrive within ``request_timeout`` seconds of the accept, which
+  bounds idle and slow (slowloris) clients alike, and the response must be taken within
+  ``write_timeout`` seconds. A client that fails either is dropped.
+
+GET and HEAD are served; another method gets 405, a request line that is not HTTP 400, a head over
+8 KiB 431, an unknown path 404.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import resource
 import socket
-import socketserver
 import threading
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import choose_encoder
 
 from .metrics import Metrics
 
-__all__ = ["MetricsServer", "parse_listen"]
+__all__ = ["MAX_CONNECTIONS", "MetricsServer", "connection_cap", "parse_listen"]
+
+MAX_CONNECTIONS = 64        # open connections at most (fewer under a low RLIMIT_NOFILE)
+REQUEST_TIMEOUT = 5.0       # seconds from the accept to the end of the request head
+WRITE_TIMEOUT = 10.0        # seconds for the client to take the response
+HEAD_LIMIT = 8192           # bytes of request line and headers
+_PLAIN = "text/plain; charset=utf-8"
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
 def parse_listen(listen: str) -> tuple[str, int, int]:
@@ -31,85 +56,76 @@ def parse_listen(listen: str) -> tuple[str, int, int]:
     return host, int(port_s), family
 
 
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _ThreadingServer6(_ThreadingServer):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args):
-        pass
+def connection_cap(limit: int = MAX_CONNECTIONS) -> int:
+    """``limit``, or an eighth of the process's soft RLIMIT_NOFILE when that is smaller (at least 1)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return limit
+    return max(1, min(limit, soft // 8))
 
 
 class MetricsServer:
-    """Serve /metrics, /healthz and /readyz from a threaded WSGI server in a daemon thread.
+    """Serve /metrics, /healthz and /readyz from a thread of its own (see the module docstring).
 
     Fields:
         metrics: the :class:`Metrics` served.
         listen: ``host:port`` ("" disables the server; port 0 picks a free one).
         ready_max_checkpoint_age: seconds passed to :meth:`Metrics.readiness` by /readyz.
+        max_connections: the cap on open connections (None: :func:`connection_cap` at :meth:`start`).
+        request_timeout: seconds a client has to send its request head.
+        write_timeout: seconds a client has to take the response.
         port: the bound port after :meth:`start` (None when disabled or stopped).
     """
 
-    def __init__(self, metrics: Metrics, listen: str = "127.0.0.1:9108", ready_max_checkpoint_age: float = 60.0):
+    def __init__(self, metrics: Metrics, listen: str = "127.0.0.1:9108", ready_max_checkpoint_age: float = 60.0,
+                 *, max_connections: int | None = None, request_timeout: float = REQUEST_TIMEOUT,
+                 write_timeout: float = WRITE_TIMEOUT):
         self.metrics = metrics
         self.listen = listen
         self.ready_max_checkpoint_age = ready_max_checkpoint_age
+        self.max_connections = max_connections
+        self.request_timeout = request_timeout
+        self.write_timeout = write_timeout
         self.port: int | None = None
-        self._server: _ThreadingServer | None = None
+        self._cap = 0
         self._thread: threading.Thread | None = None
-        self._metrics_app = make_wsgi_app(metrics.registry)
-
-    def _app(self, environ, start_response):
-        path = environ.get("PATH_INFO", "")
-        if path == "/metrics":
-            return self._metrics_app(environ, start_response)
-        if path == "/healthz":
-            status, body = "200 OK", "ok\n"
-        elif path == "/readyz":
-            ok, reason = self.metrics.readiness(self.ready_max_checkpoint_age)
-            status, body = ("200 OK" if ok else "503 Service Unavailable"), reason + "\n"
-        else:
-            status, body = "404 Not Found", "not found\n"
-        data = body.encode()
-        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))])
-        return [data]
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        # Open connections and their handlers (dicts keep insertion order: the first is the oldest).
+        # Only the server's thread touches them.
+        self._reading: dict[asyncio.StreamWriter, asyncio.Task] = {}   # still sending their request
+        self._answering: dict[asyncio.StreamWriter, asyncio.Task] = {}
 
     def start(self) -> MetricsServer:
-        """Bind and serve in a daemon thread; a no-op when ``listen`` is "".
+        """Bind, then serve in a daemon thread; a no-op when ``listen`` is "" or already started.
 
         Raises:
             ValueError: the listen address is malformed.
             OSError: the address cannot be bound (message names the address).
         """
-        if not self.listen or self._server is not None:
+        if not self.listen or self._thread is not None:
             return self
         host, port, family = parse_listen(self.listen)
-        cls = _ThreadingServer6 if family == socket.AF_INET6 else _ThreadingServer
         try:
-            server = make_server(host, port, self._app, server_class=cls, handler_class=_QuietHandler)
+            sock = socket.create_server((host, port), family=family, backlog=128)
         except OSError as e:
             raise OSError(e.errno, f"cannot listen for metrics on {self.listen}: {e.strerror or e}") from e
-        self._server = server
-        self.port = server.server_address[1]
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+        self._cap = self.max_connections or connection_cap()
+        self.port = sock.getsockname()[1]
+        started = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(sock, started),),
                                         name="binlogd-metrics", daemon=True)
         self._thread.start()
+        started.wait()
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket (safe to call twice)."""
-        server, self._server = self._server, None
-        if server is None:
+        """Stop serving, close the socket and every connection (safe to call twice)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
             return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._thread = None
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        thread.join(timeout=5)
         self.port = None
 
     def __enter__(self) -> MetricsServer:
@@ -117,3 +133,85 @@ class MetricsServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    # -- the server's thread -------------------------------------------------------------------
+
+    async def _serve(self, sock: socket.socket, started: threading.Event) -> None:
+        self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            server = await asyncio.start_server(self._client, sock=sock, limit=HEAD_LIMIT)
+        finally:
+            started.set()
+        async with server:
+            await self._stopping.wait()
+        handlers = [*self._reading.values(), *self._answering.values()]
+        for writer in [*self._reading, *self._answering]:
+            writer.transport.abort()
+        await asyncio.gather(*handlers, return_exceptions=True)  # each ends on its lost connection
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read one request, answer it, close; within the cap and the timeouts."""
+        if len(self._reading) + len(self._answering) >= self._cap:
+            if not self._reading:
+                writer.transport.abort()
+                return
+            oldest = next(iter(self._reading))  # the oldest connection still sending its request
+            del self._reading[oldest]
+            oldest.transport.abort()
+        self._reading[writer] = asyncio.current_task()
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.LimitOverrunError:
+                    head = None
+            if writer not in self._reading:  # closed meanwhile by a newer connection over the cap
+                return
+            self._answering[writer] = self._reading.pop(writer)
+            writer.transport.set_write_buffer_limits(high=0)  # drain() returns once the kernel has it all
+            writer.write(self._response(head))
+            async with asyncio.timeout(self.write_timeout):
+                await writer.drain()
+            writer.close()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            writer.transport.abort()
+        finally:
+            self._reading.pop(writer, None)
+            self._answering.pop(writer, None)
+
+    def _response(self, head: bytes | None) -> bytes:
+        """The whole response to a request head (None: longer than HEAD_LIMIT)."""
+        if head is None:
+            return _message(431, "request head over 8 KiB\n")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return _message(400, "bad request line\n")
+        method, path = parts[0], parts[1].partition("?")[0]
+        if method not in ("GET", "HEAD"):
+            return _message(405, "only GET and HEAD\n", [("Allow", "GET, HEAD")])
+        if path == "/metrics":
+            accept = next((line.partition(":")[2].strip() for line in lines[1:]
+                           if line.partition(":")[0].strip().lower() == "accept"), "")
+            encoder, content_type = choose_encoder(accept)
+            status, body = 200, encoder(self.metrics.registry)
+        elif path == "/healthz":
+            status, body, content_type = 200, b"ok\n", _PLAIN
+        elif path == "/readyz":
+            ok, reason = self.metrics.readiness(self.ready_max_checkpoint_age)
+            status, body, content_type = (200 if ok else 503), (reason + "\n").encode(), _PLAIN
+        else:
+            return _message(404, "not found\n")
+        return _render(status, body, content_type, head_only=method == "HEAD")
+
+
+def _message(status: int, text: str, extra: list[tuple[str, str]] = ()) -> bytes:
+    return _render(status, text.encode(), _PLAIN, extra=extra)
+
+
+def _render(status: int, body: bytes, content_type: str, extra: list[tuple[str, str]] = (),
+            head_only: bool = False) -> bytes:
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Connection", "close"),
+               *extra]
+    head = f"HTTP/1.1 {status} {_REASONS[status]}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+    return head.encode("latin-1") + b"\r\n" + (b"" if head_only else body)
