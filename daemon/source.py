@@ -224,12 +224,14 @@ class SourceConnection:
         return [r[0] for r in await self.query("SHOW BINARY LOGS")]
 
     async def start_dump(self, server_id: int, position: Position, use_gtid: bool, heartbeat: float,
-                         non_blocking: bool = False) -> None:
+                         non_blocking: bool = False, strict: bool = False) -> None:
         """Negotiate checksum and heartbeat, register as a replica, send the dump command.
 
         Args:
             use_gtid: resume by GTID (MySQL COM_BINLOG_DUMP_GTID with ``gtid_set``; MariaDB
                 ``@slave_connect_state`` = ``gtid_list``) instead of file/pos.
+            strict: MariaDB ``@slave_gtid_strict_mode = 1``: the server refuses a GTID position its binlog
+                does not hold (failover's check that a server has every delivered transaction).
         """
         info = self.info
         period = int(heartbeat * 1_000_000_000)
@@ -240,7 +242,7 @@ class SourceConnection:
             await self.query("SET @mariadb_slave_capability = 4")
             if use_gtid:
                 gtids = position.gtid_list.replace("'", "")
-                await self.query(f"SET @slave_connect_state = '{gtids}', @slave_gtid_strict_mode = 0, "
+                await self.query(f"SET @slave_connect_state = '{gtids}', @slave_gtid_strict_mode = {int(strict)}, "
                                  "@slave_gtid_ignore_duplicates = 0")
         self._receive_directly()  # after the admin statements: raw packets both ways
         self._command(com_register_slave(server_id, port=0))
