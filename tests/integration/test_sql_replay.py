@@ -39,7 +39,8 @@ def _run(server, statements: list[str], database: str | None = None) -> None:
 
 def ddl_workload(db: str) -> list[str]:
     """DDL mixed with DML: ALTERs of every kind, RENAME, CREATE … LIKE / AS SELECT, a view, a stored
-    procedure (its body holds ``;``), a table without a primary key, latin1 text, TRUNCATE, DROP."""
+    procedure (its body holds ``;``), a table without a primary key, generated columns, latin1 text,
+    TRUNCATE, DROP."""
     return [
         f"CREATE DATABASE `{db}` CHARACTER SET latin1",
         f"USE `{db}`",
@@ -66,6 +67,10 @@ def ddl_workload(db: str) -> list[str]:
         "INSERT INTO c (title, price) VALUES ('after truncate', 1)",
         "ALTER TABLE b ENGINE=InnoDB, CONVERT TO CHARACTER SET utf8mb4",
         "UPDATE b SET title = CONCAT(title, ' ✓')",
+        "CREATE TABLE g (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s INT AS (a + 1) PERSISTENT)",
+        "INSERT INTO g (id, a) VALUES (1, 1), (2, 2)",
+        "UPDATE g SET a = 10 WHERE id = 1",
+        "DELETE FROM g WHERE id = 2",
         "CREATE TABLE gone (x INT PRIMARY KEY)",
         "INSERT INTO gone VALUES (1)",
         "DROP TABLE gone",
