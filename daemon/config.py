@@ -268,11 +268,14 @@ class FilterConfig(_Section):
 
 @dataclass(frozen=True)
 class SchemaConfig(_Section):
-    """``[schema]``. Field: source — where column names come from when TABLE_MAP lacks them: ``auto``
-    (TABLE_MAP metadata when present, else information_schema), ``information_schema``, ``none``."""
+    """``[schema]``. Fields: source — where column names come from when TABLE_MAP lacks them: ``auto``
+    (TABLE_MAP metadata when present, else the schema history, seeded and repaired from the server),
+    ``information_schema`` (the same), ``none`` (positional, no history); history_path — the schema
+    history file (``""``: ``schema-history.jsonl`` in the checkpoint's directory)."""
 
     SECTION: ClassVar[str] = "schema"
     source: str = _f("auto", choices=("auto", "information_schema", "none"))
+    history_path: str = ""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .checkpoint import ResumeState
 from .committer import Committer
 from .metrics import Metrics
 from .position import PositionTracker
-from .schema import SchemaCache, is_ddl
+from .schema import FOLLOWED, DaemonSchema
 from .session import Session
 from .sinks import Sink
 
@@ -67,7 +67,7 @@ class Consumer:
         resume: the durable state the session started from (its position is where the dump starts).
         decoder: a fresh Decoder for the session.
         sink, committer, metrics, log: the daemon's.
-        schema: the schema cache when column names come from information_schema, else None.
+        schema: the schema history (:class:`~binlogd.daemon.schema.DaemonSchema`), None with schema.source = "none".
         stopping: set when the daemon should stop at the next transaction boundary.
     Fields:
         tracker: the live position and the last committed boundary.
@@ -76,7 +76,7 @@ class Consumer:
     """
 
     def __init__(self, config, resume: ResumeState, decoder: Decoder, sink: Sink, committer: Committer,
-                 metrics: Metrics, log: logging.Logger, schema: SchemaCache | None, stopping: asyncio.Event):
+                 metrics: Metrics, log: logging.Logger, schema: DaemonSchema | None, stopping: asyncio.Event):
         self.cfg, self.resume, self.decoder = config, resume, decoder
         self.sink, self.committer, self.metrics, self.log = sink, committer, metrics, log
         self.schema, self.stopping = schema, stopping
@@ -188,16 +188,8 @@ class Consumer:
                 and self.cfg.daemon.unknown_events == "error":
             raise UnknownEventError(f"unknown event type {tc} at {tracker.file}:{pos} "
                                     "(set daemon.unknown_events = \"skip\" to pass it by)", pos)
-        schema = self.schema
-        if schema is not None and schema.misses:
-            inner = event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)
-            missing = {(t.schema, t.table) for t in inner if isinstance(t, E.TableMapEvent)} & schema.misses
-            for name, table in missing:
-                await schema.fetch(name, table)
-            if missing:
-                event = decoder.decode(raw, pos)
-        elif isinstance(event, E.QueryEvent) and schema is not None and is_ddl(event.query):
-            schema.invalidate()
+        if self.schema is not None and tc in FOLLOWED:  # DDL into the history (durably), TABLE_MAPs repaired
+            event = await self.schema.follow(event, raw, pos, tracker.file, decoder)
         if isinstance(event, E.RotateEvent) and not artificial:
             self.log.info("rotate to %s", event.next_file)
         self.sink.event(raw, event)

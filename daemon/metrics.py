@@ -73,6 +73,9 @@ class Metrics:
                                      registry=r)
         self._reconnects = Counter("binlogd_reconnects_total", "Reconnects to the primary", registry=r)
         self._errors = Counter("binlogd_errors_total", "Errors, by kind", ["kind"], registry=r)
+        self._schema_mismatch = Counter(
+            "binlogd_schema_mismatch_total", "TABLE_MAPs whose columns stay positional: no definition of the table "
+            "(schema history, then the server) agrees with them", ["schema", "table"], registry=r)
         self._unnamed = Counter("binlogd_columns_unnamed_total",
                                 "Row events whose columns had to be named @1, @2, ...", registry=r)
         self._sink_commits = Counter("binlogd_sink_commits_total",
@@ -233,6 +236,10 @@ class Metrics:
         """Set whether the daemon is streaming (binlogd_up 1) or not (0)."""
         self._is_up = bool(up)
         self._up.set(1 if up else 0)
+
+    def schema_mismatch(self, schema: str, table: str) -> None:
+        """Count a TABLE_MAP left with positional names although the table was looked up."""
+        self._schema_mismatch.labels(schema, table).inc()
 
     def unnamed_columns(self) -> None:
         """Count one row event whose columns had to be named @1, @2, ..."""

@@ -29,7 +29,7 @@ from .consumer import Consumer
 from .http import MetricsServer
 from .metrics import Metrics
 from .position import PositionTracker
-from .schema import SchemaCache
+from .schema import DaemonSchema, ServerSchema, history_path
 from .session import Session
 from .sinks import SinkError, make_sink
 from .source import SourceError, admin_connection
@@ -61,7 +61,7 @@ class Daemon:
         metrics: the Metrics to report to (default: a new one).
     Fields:
         sink, store, committer, metrics: the sink, the checkpoint store, the commit pipeline.
-        schema: the information_schema cache, or None with ``schema.source = "none"``.
+        schema: the schema history (:class:`~binlogd.daemon.schema.DaemonSchema`), None with ``schema.source = "none"``.
         consumer: the current session's :class:`Consumer` (None before the first).
         sessions: sessions that reached streaming.
         stopping: set once a stop was asked for.
@@ -75,8 +75,10 @@ class Daemon:
         self.store = CheckpointStore(config.checkpoint.path, config.checkpoint.lock)
         self.sink = make_sink(config.sink)
         self.committer = Committer(self.sink, self.store, self.metrics, None)
-        self.schema = None if config.schema.source == "none" else \
-            SchemaCache(functools.partial(admin_connection, config.source))
+        self.schema = None if config.schema.source == "none" else DaemonSchema(
+            history_path(config.schema.history_path, config.checkpoint.path),
+            ServerSchema(functools.partial(admin_connection, config.source)), config.filters.table_selected,
+            self.metrics, self.log)
         self.consumer: Consumer | None = None
         self.sessions = 0
         self.stopping = asyncio.Event()
@@ -268,6 +270,8 @@ class Daemon:
                 self.sink.open(durable.sink if durable else None)
             self._opened += 1
             resume = self.committer.durable if self._started else await session.start_state(self.committer.durable)
+            if self.schema is not None:  # the history as it stood at the resume position (seeded the first time)
+                await self.schema.open(resume.position.file, resume.position.pos)
             decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0,
                               schema_source=self.schema.lookup if self.schema else None, rows=self.sink.wants_rows)
             consumer = self.consumer = Consumer(self.cfg, resume, decoder, self.sink, self.committer, self.metrics,

@@ -113,3 +113,19 @@ class Unparsed:
 
     names: tuple[Name, ...]
     reason: str
+
+
+def tables_named(change) -> set[Name] | None:
+    """The tables a change record touches; ``(db, "*")`` stands for every table of a database. None for an
+    unparsed statement whose tables could not be found (it may touch any table)."""
+    if isinstance(change, CreateTable):
+        return {change.name}
+    if isinstance(change, AlterTable):
+        return {change.name} | {a.name for a in change.actions if isinstance(a, RenameTo)}
+    if isinstance(change, RenameTables):
+        return {name for pair in change.pairs for name in pair}
+    if isinstance(change, DropTables):
+        return set(change.names)
+    if isinstance(change, (CreateDatabase, AlterDatabase, DropDatabase)):
+        return {(change.name, "*")}
+    return set(change.names) or None

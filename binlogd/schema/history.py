@@ -156,7 +156,7 @@ class SchemaTracker:
 
     Args:
         entries: a history to start from (see :meth:`start_at`); entries after the start position are
-            applied when the stream reaches them, and DDL they cover is not parsed again.
+            applied when the stream reaches them, and DDL up to its last ``ddl`` entry is not parsed again.
         warn: called with one line for each DDL statement that could not be parsed.
     Fields:
         catalog: the current state.
@@ -167,7 +167,9 @@ class SchemaTracker:
         self.catalog = Catalog()
         self._schemas: dict[Name, CheckedSchema] = {}
         self._pending = deque(entries)
-        self._covered = max((e.key for e in self._pending), default=None)
+        # DDL the history already holds (its own "ddl" entries) is not parsed again; seeds and repairs
+        # (read from a server at some position) leave the DDL before them to be parsed.
+        self._covered = max((e.key for e in self._pending if e.source == "ddl"), default=None)
         self.warn = warn or (lambda message: None)
         self.server_version = ""
         self.gtid: str | None = None
@@ -243,12 +245,12 @@ class SchemaTracker:
         if tc == _FDE:
             self.server_version = event.server_version
             return ()
-        key = position_key(file, end) if self._covered is not None else None
+        key = position_key(file, end) if self._pending or self._covered is not None else None
         if self._pending:
             self._apply_pending(key)
         if tc in _GTIDS:
             self.gtid = event.gtid
-        elif key is None or key > self._covered:
+        elif self._covered is None or key > self._covered:
             return self._query(event, file, end)
         return ()
 

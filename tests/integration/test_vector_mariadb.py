@@ -1,8 +1,8 @@
 """VECTOR columns on MariaDB 11.7+: a list of numbers, with the column type from the schema source.
 
 MariaDB logs a VECTOR(n) as a binary VARCHAR of 4n bytes, with nothing in the TABLE_MAP (FULL or
-MINIMAL metadata) that marks it. The daemon's schema source (:class:`binlogd.daemon.schema.SchemaCache`,
-information_schema) says ``vector(n)``; the decoder then reads the value as n float32. Expected values
+MINIMAL metadata) that marks it. The daemon's schema source (:class:`binlogd.daemon.schema.ServerSchema`,
+SHOW CREATE TABLE) says ``vector(n)``; the decoder then reads the value as n float32. Expected values
 come from the server (``Vec_ToText``) and are compared as float32. A VARBINARY of the same size stays a
 base64 string, and without a schema source a VECTOR is the base64 of its bytes (nothing says otherwise).
 """
@@ -16,11 +16,12 @@ import struct
 import uuid
 
 import pytest
-from binlogd.daemon.schema import SchemaCache
+from binlogd.daemon.schema import ServerSchema
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import ColumnType as T
 
 from binlogd.filetools import dump_events
+from binlogd.schema.model import compile_schema
 from tests.support.daemon import base_overrides, read_changes, running_daemon, wait_caught_up
 
 pytestmark = pytest.mark.server
@@ -67,27 +68,27 @@ def write_vectors(server, db: str) -> dict:
         conn.close()
 
 
-def schema_cache(server) -> SchemaCache:
+def server_schema(server) -> ServerSchema:
     import aiomysql
 
-    return SchemaCache(lambda: aiomysql.connect(**server.connect_kwargs(), autocommit=True))
+    return ServerSchema(lambda: aiomysql.connect(**server.connect_kwargs(), autocommit=True))
 
 
 def test_vectors_decode_as_lists_with_the_schema_source(server, db):
     final = write_vectors(server, db)
-    cache = schema_cache(server)
+    source = server_schema(server)
 
     async def fetch():
         try:
-            return await cache.fetch(db, "t")
+            return compile_schema(await source.create_table(db, "t"))
         finally:
-            await cache.close()
+            await source.close()
 
     known = asyncio.run(fetch())
     assert known.vector_dimensions == (None, 3, 100, None)
     path = server.binlog_files()[-1]
     maps, images = [], []
-    for event in dump_events(path, schema_source=cache.lookup):
+    for event in dump_events(path, schema_source=lambda s, t: known if (s, t) == (db, "t") else None):
         if isinstance(event, E.TableMapEvent) and event.schema == db:
             maps.append(event.columns)
         elif isinstance(event, E.RowsEvent) and event.schema == db:
