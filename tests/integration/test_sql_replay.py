@@ -16,6 +16,7 @@ import pytest
 
 from binlogd.filetools import dump_events
 from tests.support import every_type
+from tests.support.daemon import base_overrides, running_daemon, wait_caught_up
 from tests.support.sqlout import binlogd_sql, client, dump, flush, new_files, target
 
 pytestmark = pytest.mark.server
@@ -151,5 +152,23 @@ def test_start_position_inside_a_transaction_is_moved(mariadb, dest):
     run = binlogd_sql("--start-position", second_rows, first)
     assert run.code == 0, run.stderr
     assert "starts inside this transaction" in run.stderr and f"moved to its start, {gtid}" in run.stderr
+    client(dest, run.sql)
+    assert dump(dest, db) == dump(mariadb, db)
+
+
+def test_replay_from_the_daemons_raw_archive(mariadb, dest, tmp_path):
+    """The daemon's raw archive holds the primary's files byte for byte: ``binlogd sql`` reads it alike."""
+    db = f"sqlarch_{uuid.uuid4().hex[:8]}"
+    first = flush(mariadb)
+    overrides = base_overrides(mariadb, tmp_path, **{"sink.kind": "archive", "source.start": f"file:{first.name}:4"})
+    with running_daemon(overrides) as daemon:
+        _run(mariadb, ddl_workload(db))
+        mariadb.sql("FLUSH BINARY LOGS")
+        _run(mariadb, [f"UPDATE `{db}`.b SET price = -price"])
+        wait_caught_up(mariadb, tmp_path / "checkpoint.json", daemon=daemon)
+    archived = sorted((tmp_path / "sink").glob(f"{first.name.rsplit('.', 1)[0]}.*"))
+    assert [p.name for p in archived] == [p.name for p in new_files(mariadb, first)]
+    run = binlogd_sql(*archived)
+    assert run.code == 0, run.stderr
     client(dest, run.sql)
     assert dump(dest, db) == dump(mariadb, db)
