@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -71,9 +72,10 @@ def base_overrides(server, workdir: Path, **extra) -> dict[str, str]:
 
 
 class DaemonProcess:
-    """One ``binlogd run`` subprocess; stderr lines are kept in :attr:`lines`."""
+    """One ``binlogd run`` subprocess; stderr lines are kept in :attr:`lines`. ``nofile`` sets its
+    RLIMIT_NOFILE (soft and hard) before it starts."""
 
-    def __init__(self, overrides: dict[str, str], env: dict | None = None):
+    def __init__(self, overrides: dict[str, str], env: dict | None = None, nofile: int | None = None):
         args = [*BINLOGD, "run"]
         for key, value in overrides.items():
             args += ["--set", f"{key}={value}"]
@@ -83,8 +85,9 @@ class DaemonProcess:
         self._eof = False
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("BINLOGD_")}
         full_env.update(env or {})
+        limit = None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     cwd=REPO, env=full_env)
+                                     cwd=REPO, env=full_env, preexec_fn=limit)
         self._thread = threading.Thread(target=self._pump, daemon=True, name="binlogd-stderr")
         self._thread.start()
 
