@@ -53,10 +53,12 @@ def _restore_modes():
 
 
 def _outcome(fn):
+    """("ok", value), or ("error", the exception's type): EventDecodeError for malformed rows, and what
+    orjson raises for a value JSON cannot hold (a BIT of more than 64 bits from a damaged TABLE_MAP)."""
     try:
         return "ok", fn()
-    except EventDecodeError:
-        return "error", EventDecodeError
+    except (EventDecodeError, TypeError) as exc:
+        return "error", type(exc)
 
 
 def _both(fn):
