@@ -2,10 +2,11 @@
 
 Exit codes (as ``dump``'s): 0 success; 1 the input cannot be turned into SQL that is sure to be right
 (not a binlog, truncated, corrupt, a missing file or a gap in the sequence, a table without column
-names, an unsafe flashback, an INCIDENT or LOAD DATA in the range), with one line on stderr naming the
-file and position; 2 usage error. A replay is written transaction by transaction, so after an error the
-output ends with the last whole transaction before it; a flashback writes nothing unless it can write
-everything. Corrections of the range (a start or stop inside a transaction) are reported on stderr.
+names, an unsafe flashback, an INCIDENT in the range, LOAD DATA without --load-dir), with one line on
+stderr naming the file and position; 2 usage error. A replay is written as it is made; after an error
+its output ends with the last whole transaction before it (a transaction the error cut is followed by
+ROLLBACK); a flashback writes nothing unless it can write everything. Corrections of the range (a start
+or stop inside a transaction) are reported on stderr.
 """
 
 from __future__ import annotations
@@ -129,9 +130,11 @@ def run(args) -> int:
                 out.write(lines)
         else:
             for g in groups:
-                out.write(renderer.replay(g))
+                renderer.replay(g, out.write)
     except (BinlogError, OSError) as exc:
         if not args.flashback:
+            if renderer.partial:  # the transaction the error cut: the client must not keep any of it
+                out.write(["ROLLBACK;"])
             out.flush()
         message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""

@@ -32,6 +32,7 @@ ROW_SESSION = (("charset", "SET NAMES utf8mb4"), ("time_zone", "SET @@session.ti
                ("sql_mode", "SET @@session.sql_mode='NO_AUTO_VALUE_ON_ZERO'"))
 _NO_FOREIGN_KEY_CHECKS_F, _RELAXED_UNIQUE_CHECKS_F = 0x0002, 0x0004
 _AUTO_IS_NULL, _NOT_AUTOCOMMIT, _NO_FOREIGN_KEYS, _RELAXED_UNIQUE = 1 << 14, 1 << 19, 1 << 26, 1 << 27
+_BATCH_LINES = 4096  # lines of a group made before they are written
 _HARMLESS = ("SAVEPOINT", "RELEASE SAVEPOINT")  # statements a flashback may step over
 _DATABASE_DDL = ("CREATE DATABASE", "CREATE SCHEMA", "DROP DATABASE", "DROP SCHEMA")
 
@@ -77,6 +78,7 @@ class Renderer:
     _plans: dict = field(default_factory=dict)
     _tables: dict = field(default_factory=dict)  # table id → the last TABLE_MAP for it
     _loads: dict = field(default_factory=dict)  # LOAD DATA file id → its blocks so far
+    partial: bool = False  # a group's head is written and its end is not
 
     # ------------------------------------------------------------------ shared
     def _set(self, out: list, key: str, statement: str) -> None:
@@ -101,13 +103,21 @@ class Renderer:
             not ev.flags & _NO_FOREIGN_KEY_CHECKS_F, not ev.flags & _RELAXED_UNIQUE_CHECKS_F))
 
     # ------------------------------------------------------------------ replay
-    def replay(self, g: Group) -> list[str]:
-        """The SQL lines that replay one group ([] when the filters leave nothing of it)."""
-        saved = dict(self.state)
+    def replay(self, g: Group, write: Callable[[list[str]], None]) -> None:
+        """Write the SQL lines that replay one group (nothing when the filters leave nothing of it).
+
+        Lines go to ``write`` in batches as they are made, and each event is let go once written (its
+        decoded rows with it), so a transaction of any size takes little memory. While a group is
+        being written :attr:`partial` is True.
+        """
+        xa = bool(g.events) and isinstance(g.events[0], Statement) and \
+            statement_kind(g.events[0].text).startswith("XA START")
+        wrap = not xa and (g.began or any(isinstance(ev, E.RowsEvent) for ev in g.events))
         body: list[str] = []
         pending: list[str] = []  # INTVAR/RAND/USER_VAR and ANNOTATE_ROWS: for the statement after them
         tables = self._tables
-        for ev in g.events:
+        for i, ev in enumerate(g.events):
+            g.events[i] = None
             if isinstance(ev, E.TableMapEvent):
                 tables[ev.table_id] = ev
             elif isinstance(ev, E.RowsEvent):
@@ -133,21 +143,25 @@ class Renderer:
                 pending.append("-- " + ev.query.replace("\r", " ").replace("\n", "\n-- "))
             else:
                 pending.append(_context_event(ev, g))
-        if not body:
-            self.state = saved
-            return []
-        xa = isinstance(g.events[0], Statement) and statement_kind(g.events[0].text).startswith("XA START")
-        wrap = not xa and (g.began or any(isinstance(ev, E.RowsEvent) for ev in g.events))
-        out = [f"-- {g.where}" + (f" GTID {g.gtid}" if g.gtid is not None else "")]
-        out += self._gtid_lines(g)
-        if wrap:
-            out.append("BEGIN;")
-        out += body
-        if g.closer is not None or wrap:
-            out.append((g.closer or "COMMIT") + ";")
-        if self.keep_gtids and isinstance(g.gtid, Gtid):
-            out.append("SET @@SESSION.GTID_NEXT='AUTOMATIC';")
-        return out
+            if len(body) >= _BATCH_LINES:
+                self._write_body(g, wrap, body, write)
+        if body:
+            self._write_body(g, wrap, body, write)
+        if self.partial:
+            closer = [(g.closer or "COMMIT") + ";"] if g.closer is not None or wrap else []
+            if self.keep_gtids and isinstance(g.gtid, Gtid):
+                closer.append("SET @@SESSION.GTID_NEXT='AUTOMATIC';")
+            write(closer)
+            self.partial = False
+
+    def _write_body(self, g: Group, wrap: bool, body: list[str], write: Callable[[list[str]], None]) -> None:
+        """Write the lines made so far, after the group's head (its position, GTID and BEGIN) the first time."""
+        if not self.partial:
+            head = [f"-- {g.where}" + (f" GTID {g.gtid}" if g.gtid is not None else "")] + self._gtid_lines(g)
+            write(head + ["BEGIN;"] if wrap else head)
+            self.partial = True
+        write(body[:])
+        body.clear()
 
     def _load_data(self, g: Group, st: Statement) -> str:
         """LOAD DATA: its file (the blocks before it) written to ``load_dir``, read back by the client
