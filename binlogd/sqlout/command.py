@@ -24,7 +24,7 @@ from .groups import Range, parse_gtids, select
 from .render import Filters, Renderer
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
-_FLUSH_LINES = 4096
+_FLUSH_CHARS = 1 << 20
 
 
 def _gtids(text: str):
@@ -87,16 +87,18 @@ class _Output:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.size = 0
 
     def write(self, lines: list[str]) -> None:
         self.lines += lines
-        if len(self.lines) >= _FLUSH_LINES:
+        self.size += sum(map(len, lines))
+        if self.size >= _FLUSH_CHARS:
             self.flush()
 
     def flush(self) -> None:
         if self.lines:
             sys.stdout.buffer.write(("\n".join(self.lines) + "\n").encode("utf-8", "surrogateescape"))
-            self.lines = []
+            self.lines, self.size = [], 0
         sys.stdout.buffer.flush()
 
 

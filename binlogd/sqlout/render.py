@@ -32,7 +32,7 @@ ROW_SESSION = (("charset", "SET NAMES utf8mb4"), ("time_zone", "SET @@session.ti
                ("sql_mode", "SET @@session.sql_mode='NO_AUTO_VALUE_ON_ZERO'"))
 _NO_FOREIGN_KEY_CHECKS_F, _RELAXED_UNIQUE_CHECKS_F = 0x0002, 0x0004
 _AUTO_IS_NULL, _NOT_AUTOCOMMIT, _NO_FOREIGN_KEYS, _RELAXED_UNIQUE = 1 << 14, 1 << 19, 1 << 26, 1 << 27
-_BATCH_LINES = 4096  # lines of a group made before they are written
+_BATCH_LINES = 256  # lines of a group made before they are written
 _HARMLESS = ("SAVEPOINT", "RELEASE SAVEPOINT")  # statements a flashback may step over
 _DATABASE_DDL = ("CREATE DATABASE", "CREATE SCHEMA", "DROP DATABASE", "DROP SCHEMA")
 
