@@ -166,7 +166,7 @@ class SchemaTracker:
     def __init__(self, entries: list[Entry] = (), warn: Callable[[str], None] | None = None):
         self.catalog = Catalog()
         self._schemas: dict[Name, CheckedSchema] = {}
-        self._pending = deque(entries)
+        self._pending = deque(sorted(entries, key=lambda e: e.key))  # stable: file order at one position
         # DDL the history already holds (its own "ddl" entries) is not parsed again; seeds and repairs
         # (read from a server at some position) leave the DDL before them to be parsed.
         self._covered = max((e.key for e in self._pending if e.source == "ddl"), default=None)

@@ -1,6 +1,6 @@
 """The schema-history tests' workload and readers (tests/integration/test_schema_history*.py).
 
-- :data:`WORKLOAD`: the issue's scenario (a table created, altered five ways, renamed, copied with
+- :data:`WORKLOAD` (:func:`workload` with other table names): the issue's scenario (a table created, altered five ways, renamed, copied with
   ``CREATE TABLE ... LIKE``, more ALTERs and a swap by RENAME TABLE) with rows written between the DDL.
 - :func:`run`: run statements on a server in one database, between two ``FLUSH BINARY LOGS``; returns
   the binlog files that hold exactly them.
@@ -15,34 +15,42 @@ import io
 import json
 from pathlib import Path
 
-WORKLOAD = [
-    "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10), n INT UNSIGNED, e ENUM('x','y','z'), s SET('p','q','r'),"
+_WORKLOAD = [
+    "CREATE TABLE {t} (id INT PRIMARY KEY, a VARCHAR(10), n INT UNSIGNED, e ENUM('x','y','z'), s SET('p','q','r'),"
     " l VARCHAR(8) CHARACTER SET latin1, d DECIMAL(8,2))",
-    "INSERT INTO t VALUES (1, 'one', 4000000000, 'y', 'p,r', 'café', 12.50)",
-    "ALTER TABLE t ADD COLUMN b INT AFTER id",                       # add
-    "INSERT INTO t VALUES (2, 22, 'two', 7, 'z', 'q', 'naïve', -1.25)",
-    "ALTER TABLE t DROP COLUMN a",                                   # drop
-    "INSERT INTO t VALUES (3, 33, 8, 'x', '', 'x', 0)",
-    "UPDATE t SET n = n + 1 WHERE id = 1",
-    "ALTER TABLE t RENAME COLUMN n TO qty",                          # rename a column
-    "INSERT INTO t VALUES (4, 44, 9, 'y', 'p', 'y', 4.4)",
-    "ALTER TABLE t MODIFY b VARCHAR(20)",                            # change a type
-    "INSERT INTO t VALUES (5, 'five', 10, 'z', 'q,r', 'z', 5.5)",
-    "ALTER TABLE t RENAME TO t2",                                    # rename the table
-    "INSERT INTO t2 VALUES (6, 'six', 11, 'x', 'r', 'ß', 6.6)",
-    "DELETE FROM t2 WHERE id = 3",
-    "CREATE TABLE t3 LIKE t2",                                       # copy
-    "INSERT INTO t3 SELECT * FROM t2 WHERE id < 3",
-    "ALTER TABLE t3 CHANGE e e2 ENUM('x','y','z','w') FIRST, ADD COLUMN c CHAR(3) CHARACTER SET utf8mb4, "
+    "INSERT INTO {t} VALUES (1, 'one', 4000000000, 'y', 'p,r', 'café', 12.50)",
+    "ALTER TABLE {t} ADD COLUMN b INT AFTER id",                       # add
+    "INSERT INTO {t} VALUES (2, 22, 'two', 7, 'z', 'q', 'naïve', -1.25)",
+    "ALTER TABLE {t} DROP COLUMN a",                                   # drop
+    "INSERT INTO {t} VALUES (3, 33, 8, 'x', '', 'x', 0)",
+    "UPDATE {t} SET n = n + 1 WHERE id = 1",
+    "ALTER TABLE {t} RENAME COLUMN n TO qty",                          # rename a column
+    "INSERT INTO {t} VALUES (4, 44, 9, 'y', 'p', 'y', 4.4)",
+    "ALTER TABLE {t} MODIFY b VARCHAR(20)",                            # change a type
+    "INSERT INTO {t} VALUES (5, 'five', 10, 'z', 'q,r', 'z', 5.5)",
+    "ALTER TABLE {t} RENAME TO {t}2",                                    # rename the table
+    "INSERT INTO {t}2 VALUES (6, 'six', 11, 'x', 'r', 'ß', 6.6)",
+    "DELETE FROM {t}2 WHERE id = 3",
+    "CREATE TABLE {t}3 LIKE {t}2",                                       # copy
+    "INSERT INTO {t}3 SELECT * FROM {t}2 WHERE id < 3",
+    "ALTER TABLE {t}3 CHANGE e e2 ENUM('x','y','z','w') FIRST, ADD COLUMN c CHAR(3) CHARACTER SET utf8mb4, "
     "ADD INDEX (qty), ENGINE=InnoDB",
-    "INSERT INTO t3 (e2, id, b, qty, s, l, d, c) VALUES ('w', 7, 'seven', 12, 'p', 'ü', 7.7, 'ñ')",
-    "RENAME TABLE t2 TO tmp, t3 TO t2, tmp TO t3",                   # swap two tables
-    "INSERT INTO t2 (e2, id, b, qty, s, l, d, c) VALUES ('x', 8, 'eight', 13, '', 'e', 8.8, 'e')",
-    "INSERT INTO t3 VALUES (9, 'nine', 14, 'y', 'q', 'n', 9.9)",
-    "ALTER TABLE t3 CONVERT TO CHARACTER SET latin1",
-    "UPDATE t3 SET l = 'é', b = 'neuf' WHERE id = 9",
-    "DELETE FROM t2",
+    "INSERT INTO {t}3 (e2, id, b, qty, s, l, d, c) VALUES ('w', 7, 'seven', 12, 'p', 'ü', 7.7, 'ñ')",
+    "RENAME TABLE {t}2 TO {t}tmp, {t}3 TO {t}2, {t}tmp TO {t}3",                   # swap two tables
+    "INSERT INTO {t}2 (e2, id, b, qty, s, l, d, c) VALUES ('x', 8, 'eight', 13, '', 'e', 8.8, 'e')",
+    "INSERT INTO {t}3 VALUES (9, 'nine', 14, 'y', 'q', 'n', 9.9)",
+    "ALTER TABLE {t}3 CONVERT TO CHARACTER SET latin1",
+    "UPDATE {t}3 SET l = 'é', b = 'neuf' WHERE id = 9",
+    "DELETE FROM {t}2",
 ]
+
+
+def workload(t: str = "t") -> list[str]:
+    """The scenario on tables named ``t``, ``t2``, ``t3`` (and ``tmp`` for the swap), with prefix ``t``."""
+    return [sql.replace("{t}", t) for sql in _WORKLOAD]
+
+
+WORKLOAD = workload()
 
 
 def current_file(conn) -> str:
