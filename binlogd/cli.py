@@ -78,7 +78,7 @@ def cmd_dump(args) -> int:
         name = os.path.basename(path)
         try:
             for event in filetools.dump_events(path, args.start_position, args.stop_position, schema.lookup):
-                schema.observe(event, name, event.header.pos + event.header.event_length)
+                schema.observe(event, name)
                 ts = event.header.timestamp
                 if args.stop_datetime is not None and ts >= args.stop_datetime and ts:
                     break

@@ -83,7 +83,7 @@ def build(files: list[str], seed: str | None = None) -> list[Entry]:
         with open(path, "rb") as fh:
             data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
         for event in iter_events(data, Decoder(rows=False)):
-            entries.extend(tracker.observe(event, name, event.header.pos + event.header.event_length))
+            entries.extend(tracker.observe(event, name))
     return entries
 
 

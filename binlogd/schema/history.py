@@ -229,19 +229,21 @@ class SchemaTracker:
         self.catalog.databases[schema] = charset
         return Entry(file, pos, self.gtid, schema, None, charset, source)
 
-    def observe(self, event, file: str, end: int) -> list[Entry] | tuple:
-        """Follow one event of the stream.
+    def observe(self, event, file: str, end: int | None = None) -> list[Entry] | tuple:
+        """Follow one event of the stream (cheap for the events it ignores: call it for every event).
 
         Args:
             event: the decoded event (FORMAT_DESCRIPTION, GTIDs and QUERY matter; others are ignored).
             file: the binlog file it is in.
-            end: the position just after it.
+            end: the position just after it (default: ``header.pos + header.event_length``).
         Returns:
             The history entries the event made (DDL only), to be written before a checkpoint passes ``end``.
         """
         tc = event.header.type_code
         if tc not in _WATCHED:
             return ()
+        if end is None:
+            end = event.header.pos + event.header.event_length
         if tc == _FDE:
             self.server_version = event.server_version
             return ()

@@ -39,7 +39,7 @@ def gtid(seq: int, pos: int) -> E.MariadbGtidEvent:
 def feed(tracker: SchemaTracker, file: str, *events) -> list[Entry]:
     out = []
     for ev in events:
-        out.extend(tracker.observe(ev, file, ev.header.pos + ev.header.event_length))
+        out.extend(tracker.observe(ev, file))
     return out
 
 
