@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from binlogd.protocol.errors import BinlogError
-
-from .position import Position
+from binlogd.protocol.position import Position
 
 FORMAT_VERSION = 1
 

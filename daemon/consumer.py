@@ -1,7 +1,7 @@
 """The consumer: the session's events in order, decoded, followed, written, committed.
 
 One :class:`Consumer` per session. For each event it decodes it, lets the
-:class:`~binlogd.daemon.position.PositionTracker` follow it, hands it (and, for sinks that take
+:class:`~binlogd.protocol.position.PositionTracker` follow it, hands it (and, for sinks that take
 rows, its row changes) to the sink, and at transaction boundaries commits through the
 :class:`~binlogd.daemon.committer.Committer`: at once when the queue is idle, else grouped (see
 :meth:`Consumer.commit_due`). For a sink that takes no rows, runs of rows events inside a
@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import HEARTBEATS, LOG_EVENT_IGNORABLE_F, event_name
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import UnknownEventError
+from binlogd.protocol.position import PositionTracker
 from binlogd.protocol.serialize import change_events
 
 from .checkpoint import ResumeState
 from .committer import Committer
 from .metrics import Metrics
-from .position import PositionTracker
 from .schema import FOLLOWED, DaemonSchema
 from .session import Session
 from .sinks import Sink
@@ -33,7 +32,6 @@ COMMIT_EVERY = 1000      # transactions per commit at most while the queue is bu
 COMMIT_SECONDS = 1.0     # and at least this often
 COMMIT_BYTES = 8 << 20   # and after this many bytes of events (each sync then has little to write)
 _IDLE_POLL = 0.25        # seconds without events after which a pending commit is made
-_LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset 9 of a v4 header
 _TYPE_NAMES: dict[int, str] = {}
 
 
@@ -43,20 +41,6 @@ def _type_name(type_code: int) -> str:
     if name is None:
         name = _TYPE_NAMES[type_code] = event_name(type_code)
     return name
-
-
-def _stream_pos(raw: bytes | memoryview, decoder: Decoder) -> int:
-    """Where the event starts in its file: next_position - event_length (0 for artificial events).
-
-    Raises:
-        ProtocolError: from :meth:`Decoder.decode_header` when the header is short or impossible.
-    """
-    if decoder.header_len == 19 and len(raw) >= 19:
-        length, next_position = _LENGTH_NEXT.unpack_from(raw, 9)
-        if length >= 19:
-            return next_position - length if next_position >= length else 0
-    h = decoder.decode_header(raw)
-    return h.next_position - h.event_length if h.next_position >= h.event_length else 0
 
 
 class Consumer:
@@ -173,7 +157,7 @@ class Consumer:
             ChecksumError, EventDecodeError, ProtocolError, SinkError: from decoding or the sink.
         """
         decoder, tracker = self.decoder, self.tracker
-        pos = _stream_pos(raw, decoder)
+        pos = tracker.start_of(raw)
         event = decoder.decode(raw, pos)
         h = event.header
         tc = h.type_code

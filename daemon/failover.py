@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 
 from binlogd.protocol.gtid import MariadbGtid, MariadbGtidList, MysqlGtidSet
+from binlogd.protocol.position import Position
 
-from .position import Position
 from .source import ServerInfo, SourceConnection, SourceError
 
 USABLE, UNREACHABLE, REFUSED, DIVERGED, PURGED = "usable", "unreachable", "refused", "diverged", "purged"

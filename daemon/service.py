@@ -21,6 +21,7 @@ import time
 
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
+from binlogd.protocol.position import PositionTracker
 
 from . import systemd
 from .checkpoint import CheckpointError, CheckpointStore, ResumeState
@@ -28,7 +29,6 @@ from .committer import Committer
 from .consumer import Consumer
 from .http import MetricsServer
 from .metrics import Metrics
-from .position import PositionTracker
 from .schema import DaemonSchema, ServerSchema, history_path
 from .session import Session
 from .sinks import SinkError, make_sink

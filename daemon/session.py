@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 
 from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.position import Position
 
 from .checkpoint import ResumeState
 from .metrics import Metrics
-from .position import Position
 from .source import ServerInfo, SourceConnection
 
 BATCH = 1024  # events per reader -> consumer hand-off at most

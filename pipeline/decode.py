@@ -15,7 +15,7 @@ tuples.
   ``before``/``after`` as JSON text unless the caller's schema asks for more.
 - ``index``: one row per file, :func:`binlogd.protocol.fileinfo.describe`.
 
-Transaction boundaries come from :class:`daemon.position.PositionTracker`, the
+Transaction boundaries come from :class:`binlogd.protocol.position.PositionTracker`, the
 same rules the daemon resumes by.
 """
 
@@ -30,12 +30,12 @@ import sys
 from decimal import Decimal
 from typing import Iterator
 
-from binlogd.daemon.position import Position, PositionTracker
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
 from binlogd.protocol.fileinfo import BinlogInfo, describe
+from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import check_magic, event_bounds, iter_events
 from binlogd.protocol.serialize import change_events, dumps, flatten
 

@@ -387,13 +387,13 @@ def _scan(path: str, entry: dict, size: int, final: bool, budget: int | None, sk
     """The file's next offset entry: how far its complete transactions reach now (driver side).
 
     Decodes events (not rows) from ``entry["pos"]`` up to ``size``; the boundary rules are the
-    daemon's (:class:`daemon.position.PositionTracker`). A file closed by ROTATE/STOP (found by
+    daemon's (:class:`binlogd.protocol.position.PositionTracker`). A file closed by ROTATE/STOP (found by
     seeking from the end, :func:`decode.file_info`) is taken whole without a walk. A
     ``final`` file (a later one exists) gives every complete event; a partial tail is corrupt.
     """
-    from binlogd.daemon.position import Position, PositionTracker
     from binlogd.protocol.constants import EventType as ET
     from binlogd.protocol.errors import BinlogError, TruncatedError
+    from binlogd.protocol.position import Position, PositionTracker
     from binlogd.protocol.reader import event_bounds
 
     pos, fde = entry["pos"], entry["fde"]

@@ -85,7 +85,7 @@ class ArchiveSink(Sink):
                                                or self._fh is None):
                     self._switch(event.next_file, event.position)
                 return
-            self._append([raw], h.next_position - len(raw), h.next_position)
+            self._append([raw], h.pos, h.pos + len(raw))
             if isinstance(event, RotateEvent):
                 self._next = event.next_file
         except OSError as exc:

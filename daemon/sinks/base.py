@@ -43,7 +43,9 @@ class Sink:
         """
 
     def event(self, raw: bytes, event: Event) -> None:
-        """Every event of the stream, with its exact bytes (checksum included)."""
+        """Every event of the stream, with its exact bytes (checksum included); ``event.header.pos`` is
+        where it starts in the primary's file, counted from the stream (MariaDB 11.4+ logs end_log_pos 0
+        inside transactions, so the header's next_position alone does not tell)."""
 
     def event_run(self, raws: list, start: int, end: int) -> None:
         """Only for sinks with ``wants_rows = False``, in place of :meth:`event`: consecutive events

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from binlogd.daemon.config import load_config
 from binlogd.daemon.failover import DIVERGED, PURGED, REFUSED, UNREACHABLE, USABLE, judge, probe
-from binlogd.daemon.position import Position
+from binlogd.protocol.position import Position
 
 from binlogd.localserver import free_port
 from tests.support.fakeprimary import FakePrimary

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from binlogd.daemon.checkpoint import Checkpoint, CheckpointStore
 from binlogd.daemon.consumer import Consumer
-from binlogd.daemon.position import Position
 from binlogd.protocol import events as E
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.gtid import MysqlGtidSet
+from binlogd.protocol.position import Position
 
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import (

@@ -13,7 +13,7 @@ import time
 import pytest
 from binlogd.daemon import checkpoint as checkpoint_mod
 from binlogd.daemon.checkpoint import FORMAT_VERSION, Checkpoint, CheckpointError, CheckpointStore
-from binlogd.daemon.position import Position
+from binlogd.protocol.position import Position
 
 from tests.support.paths import REPO
 

@@ -11,8 +11,8 @@ import pytest
 from binlogd.daemon.checkpoint import CheckpointStore, ResumeState
 from binlogd.daemon.committer import Committer
 from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.position import Position
 from binlogd.daemon.sinks import Sink, SinkError
+from binlogd.protocol.position import Position
 
 
 class HeldSink(Sink):

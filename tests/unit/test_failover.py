@@ -19,8 +19,8 @@ from binlogd.daemon.failover import (
     no_source,
 )
 from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.position import Position
 from binlogd.daemon.source import ServerInfo, SourceError
+from binlogd.protocol.position import Position
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 U2 = "6a1f0c3e-0000-11ee-8000-000000000002"

@@ -1,4 +1,4 @@
-"""Tests for daemon.position: PositionTracker moves ``committed`` only at transaction boundaries.
+"""Tests for protocol.position: PositionTracker moves ``committed`` only at transaction boundaries.
 
 The real corpus is checked against an independent segmentation computed here from the events
 themselves (:func:`segment`): a transaction starts at a GTID / ANONYMOUS_GTID / MariaDB GTID, at a
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from binlogd.daemon.position import Position, PositionTracker
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
+from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import iter_events
 from binlogd.protocol.rows import ROWS_TYPES
 

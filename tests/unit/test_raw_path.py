@@ -1,4 +1,4 @@
-"""The raw (archive) path's shortcuts: stream positions from the header, rows decoded lazily, metrics
+"""The raw (archive) path's shortcuts: rows decoded lazily, metrics
 flushed on collection and counted per run. Each must give what the full path gives (skimming: test_skim.py)."""
 
 from __future__ import annotations
@@ -9,11 +9,8 @@ import threading
 import zlib
 
 import pytest
-from binlogd.daemon.consumer import _stream_pos
 from binlogd.daemon.metrics import Metrics
 from binlogd.protocol import events as E
-from binlogd.protocol.constants import EventType as ET
-from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import ChecksumError, EventDecodeError, ProtocolError
 
 
@@ -28,17 +25,6 @@ def errors_of(fn):
         return fn()
     except (ChecksumError, EventDecodeError, ProtocolError) as exc:
         return type(exc), str(exc), exc.args
-
-
-def test_stream_pos_matches_header():
-    dec = Decoder(checksum_alg=1)
-    raw = event(ET.XID, struct.pack("<Q", 9), pos=4321)
-    assert _stream_pos(raw, dec) == 4321
-    artificial = struct.pack("<IBIIIH", 0, ET.ROTATE, 1, 40, 0, 0x20) + b"\x00" * 21
-    assert _stream_pos(artificial, dec) == 0
-    for bad in (raw[:12], struct.pack("<IBIIIH", 0, ET.XID, 1, 5, 0, 0)):
-        with pytest.raises(ProtocolError):
-            _stream_pos(bad, dec)
 
 
 def test_metrics_for_a_run_equal_metrics_per_event():

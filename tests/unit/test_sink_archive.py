@@ -189,7 +189,7 @@ def test_archive_of_the_fde_as_sent_differs_only_in_the_in_use_flag(corpus, tmp_
     assert items[0][1].header.flags & LOG_EVENT_BINLOG_IN_USE_F
     sent = bytearray(items[0][0])
     sent[17] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
-    fde = Decoder().decode(bytes(sent))  # the CRC still holds: it was computed with the flag clear
+    fde = Decoder().decode(bytes(sent), 4)  # the CRC still holds: it was computed with the flag clear
     sink = ArchiveSink(tmp_path)
     sink.open(None)
     feed_archive(sink, [artificial_rotate("mariadb-bin.000001", 4, True), (bytes(sent), fde)] + items[1:])

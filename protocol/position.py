@@ -10,17 +10,27 @@ TRANSACTION_PAYLOAD. The context events before a statement (INTVAR, RAND,
 USER_VAR, TABLE_MAP, LOAD DATA blocks) open its group. A GTID is added to the GTID set
 (MySQL) or list (MariaDB) only then. Resuming from ``committed`` therefore
 always starts at a transaction's first event, whose TABLE_MAPs come with it.
+
+Positions come from the stream itself: an event starts where the last one
+ended, unless it logs where it ends (its header's next_position), which
+re-anchors the count (ROTATE, FDE, GTID, commits: every event on servers
+before MariaDB 11.4, which log end_log_pos 0 for the events inside a
+transaction). :meth:`PositionTracker.start_of` gives an event's start before
+it is decoded, so nothing above the decoder reads header bytes.
+
+Pure: the daemon, the file tools and Spark share it.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, replace
 
-from binlogd.protocol import events as E
-from binlogd.protocol.constants import HEARTBEATS
-from binlogd.protocol.constants import EventType as ET
-from binlogd.protocol.gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
-from binlogd.protocol.rows import ROWS_TYPES, STMT_END_F
+from . import events as E
+from .constants import HEARTBEATS
+from .constants import EventType as ET
+from .gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
+from .rows import ROWS_TYPES, STMT_END_F
 
 _GROUP_OPENERS = frozenset({ET.INTVAR, ET.RAND, ET.USER_VAR, ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK,
                             ET.CREATE_FILE, ET.ROWS_QUERY, ET.ANNOTATE_ROWS})
@@ -31,6 +41,7 @@ _ROTATE, _TRANSACTION_PAYLOAD, _ANONYMOUS_GTID, _MARIADB_GTID = (
 _GTIDS = frozenset({ET.GTID, ET.GTID_TAGGED})
 _ENDS = frozenset({ET.XID, ET.XA_PREPARE})
 _QUERIES = frozenset({ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
+_LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset 9 of a v4 header
 
 
 @dataclass(frozen=True)
@@ -49,10 +60,16 @@ class Position:
     gtid_list: str = ""
 
     def to_dict(self) -> dict:
+        """The checkpoint file's form: ``{"file", "pos", "gtid_set", "gtid_list"}``."""
         return {"file": self.file, "pos": self.pos, "gtid_set": self.gtid_set, "gtid_list": self.gtid_list}
 
     @classmethod
     def from_dict(cls, data: dict) -> Position:
+        """The inverse of :meth:`to_dict` (GTID keys optional).
+
+        Raises:
+            KeyError, TypeError, ValueError: ``data`` is not a position.
+        """
         return cls(str(data["file"]), int(data["pos"]), str(data.get("gtid_set", "")),
                    str(data.get("gtid_list", "")))
 
@@ -65,7 +82,7 @@ class PositionTracker:
     """Follows the stream event by event and knows the last committed boundary.
 
     Fields:
-        file, pos: the live position (after the last event seen).
+        file, pos: the live position: where the next event starts (after the last event seen).
         committed: the Position after the last complete transaction.
         in_transaction: True between a transaction's first and last event.
         gtid: the GTID of the transaction in progress (text) or None.
@@ -107,6 +124,24 @@ class PositionTracker:
         context (TABLE_MAP, ANNOTATE_ROWS) move nothing here but the position (:meth:`skip`)."""
         return self.in_transaction and self._began
 
+    def start_of(self, raw: bytes | memoryview) -> int:
+        """Where the complete v4 event ``raw``, the next in the stream, starts in the primary's file.
+
+        Its logged end minus its length when it logs an end (next_position); else, when it logs 0
+        (MariaDB 11.4+ inside a transaction, artificial events), where the last event ended; past 4 GiB
+        of file, where the logged u32 end wrapped, the offset it stands for near the running one. For a
+        heartbeat or an artificial event, which is not in the file, that is only where the stream
+        stands. A header too short to read gives :attr:`pos` (the decoder then rejects it).
+        """
+        if len(raw) >= 19:
+            length, next_position = _LENGTH_NEXT.unpack_from(raw, 9)
+            if next_position >= length > 0:
+                start = next_position - length
+                if self.pos - start > 1 << 31:  # the logged end is a u32: past 4 GiB of file it wrapped
+                    start += (self.pos - start + (1 << 31)) >> 32 << 32
+                return start
+        return self.pos
+
     def skip(self, next_position: int) -> None:
         """Account for events that :meth:`observe` would only move the position for (see :attr:`inside`)."""
         self.pos = next_position
@@ -130,8 +165,10 @@ class PositionTracker:
         return self._advance(h, self._observe_group(event))
 
     def _advance(self, h: E.EventHeader, ended: bool) -> bool:
-        if h.next_position:
+        if h.next_position > h.pos:
             self.pos = h.next_position
+        elif not h.artificial:
+            self.pos = h.pos + h.event_length  # logged 0 (MariaDB 11.4+ inside a transaction) or wrapped: count on
         if ended:
             self._commit_at(True)
             self.gtid = None
