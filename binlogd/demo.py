@@ -2,7 +2,8 @@
 
 Change events go to standard output, logs to standard error, and metrics are
 served on http://127.0.0.1:9108/metrics (or a free port when that one is busy).
-It stops after ``--seconds`` (0 = until Ctrl-C).
+It stops after ``--seconds`` (0 = until Ctrl-C). Exit 1, with the reason on one line first, when no
+server can be started (none installed: binlogd never installs one).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from binlogd.daemon.logs import setup_logging
 from binlogd.daemon.service import Daemon
 
 from .localserver import LocalServer, free_port
+from .serverbins import ServerSetupError
 
 _SCHEMA = ("CREATE TABLE demo.orders (id INT PRIMARY KEY AUTO_INCREMENT, customer VARCHAR(40), "
            "amount DECIMAL(10,2), placed DATETIME(3), note JSON, status ENUM('new','paid','shipped'))")
@@ -87,8 +89,14 @@ async def _main(args, server: LocalServer, workdir: str) -> int:
 def run_demo(args) -> int:
     """Start the server and the daemon for ``args.seconds`` (0 = until interrupted)."""
     print("binlogd demo: starting a throwaway MariaDB with binary logging ...", file=sys.stderr)
-    with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as server, \
-            tempfile.TemporaryDirectory(prefix="binlogd-demo-") as workdir:
+    server = LocalServer(extra_args=["--binlog-row-metadata=FULL"])
+    try:
+        server.start()
+    except ServerSetupError as exc:
+        server.cleanup()
+        print(f"binlogd demo: cannot start a throwaway server: {exc}", file=sys.stderr)
+        return 1
+    with server, tempfile.TemporaryDirectory(prefix="binlogd-demo-") as workdir:
         server.sql("CREATE DATABASE demo")
         server.sql(_SCHEMA)
         try:
