@@ -172,3 +172,21 @@ def test_replay_from_the_daemons_raw_archive(mariadb, dest, tmp_path):
     assert run.code == 0, run.stderr
     client(dest, run.sql)
     assert dump(dest, db) == dump(mariadb, db)
+
+
+def test_keep_gtids_replays_under_the_original_gtids(mariadb, dest):
+    """--keep-gtids: the target logs each replayed transaction with the source's GTID."""
+    db = f"sqlgtid_{uuid.uuid4().hex[:8]}"
+    first = flush(mariadb)
+    _run(mariadb, [f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(100))",
+                   *_phase(db, 1)])
+    files = new_files(mariadb, first)
+    source_gtids = [e.gtid for path in files for e in dump_events(path) if e.header.type_name == "MARIADB_GTID"]
+    dest_first = flush(dest)
+    run = binlogd_sql("--keep-gtids", *files)
+    assert run.code == 0, run.stderr
+    client(dest, run.sql)
+    replayed = [e.gtid for path in new_files(dest, dest_first) for e in dump_events(path)
+                if e.header.type_name == "MARIADB_GTID"]
+    assert replayed == source_gtids and len(source_gtids) == 4  # the UPDATE and DELETE of step 1 match no row
+    assert dump(dest, db) == dump(mariadb, db)
