@@ -48,6 +48,7 @@ from pathlib import Path
 from bench.decode import (
     PEER_INSTALL_HINT,
     SERVER_ARGS,
+    bytecode_env,
     count_mariadb_binlog,
     log,
     machine,
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from binlogd.localserver import LocalServer
 
-    env = dict(os.environ, BINLOGD_PURE_PYTHON="1" if ns.pure_python else "")
+    env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON="1" if ns.pure_python else ""))
     started = dt.datetime.now().astimezone()
     work = Path(tempfile.mkdtemp(prefix="binlogd-cdc-"))
     times: dict[str, list[float]] = {"binlogd": [], "python-mysql-replication": [],
@@ -211,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"backlog: {expected} ({total} row changes), {nbytes / 1e6:.1f} MB in {len(files) - 1} file(s)")
             first, target = files[0].name, files[-1].name
             local, remote, dump = mariadb_binlog_cmd(files[:-1]), remote_cmd(srv, first), dump_cmd(files[:-1])
+            subprocess.run([sys.executable, "-c", "import binlogd.cli, binlogd.daemon.service, binlogd.filetools, "
+                            "binlogd.protocol.jsonrows, binlogd.schema.cli"], check=True, env=env)  # bytecode
             for rnd in range(ns.repeat):
                 run_dir = work / f"binlogd-{rnd}"
                 run_dir.mkdir()

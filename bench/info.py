@@ -11,6 +11,11 @@ server-side), each closed by a ROTATE (FLUSH BINARY LOGS). For each file it time
 
 It checks both give the same last GTID and end time, and prints the times, the ratio walk/info,
 and how info's time changed from the small file to the large one (it should not grow).
+
+It also times the command a user runs, ``binlogd info SMALL_FILE`` in a process of its own (start-up,
+imports and all; issue 16's goal is at most 60 ms), against a bare ``python -c pass`` and
+``mariadb-binlog --version`` for scale: best and median of 20. ``--start-only`` writes and times only
+that (no large file).
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-from bench.decode import log, machine
+from bench.decode import bytecode_env, log, machine
 from binlogd import filetools
 from binlogd.localserver import LocalServer
 
@@ -61,10 +70,34 @@ def _best(fn, *args, repeat: int = 5):
     return best, out
 
 
+def process_ms(cmd: list[str], runs: int = 20) -> dict:
+    """Wall time of ``cmd`` as a process of its own (output discarded, bytecode compiled once before):
+    best and median of ``runs``, ms."""
+    env = bytecode_env()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=env)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=env)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"best_ms": min(times), "median_ms": statistics.median(times)}
+
+
+def start_times(path: Path) -> dict:
+    """``binlogd info path`` and two references, as :func:`process_ms` measures them."""
+    binlogd = str(Path(sys.executable).with_name("binlogd"))
+    peer = shutil.which("mariadb-binlog") or "mysqlbinlog"
+    return {"binlogd info": process_ms([binlogd, "info", str(path)]),
+            "binlogd info --json": process_ms([binlogd, "info", "--json", str(path)]),
+            "python -c pass": process_ms([sys.executable, "-c", "pass"]),
+            "mariadb-binlog --version": process_ms([peer, "--version"])}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gib", type=float, default=1.0, help="size of the large binlog")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--start-only", action="store_true", help="only the start-up time of binlogd info")
     args = parser.parse_args(argv)
     rows = max(1000, int(args.gib * (1 << 30) / _ROW_BYTES))
     with LocalServer(extra_args=["--max-binlog-size=1073741824", "--binlog-row-metadata=FULL"]) as srv:
@@ -72,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         srv.sql("CREATE TABLE b.t (id INT PRIMARY KEY, v VARCHAR(255))")
         _fill(srv, 1, 8000)  # the small file: the same transactions, a few MB
         srv.sql("FLUSH BINARY LOGS")
+        start = start_times(srv.binlog_files()[0])
+        if args.start_only:
+            return _print_start(start, srv.binlog_files()[0], args.json)
         log(f"writing {rows} rows ({args.gib} GiB of binlog) ...")
         _fill(srv, 10_000_001, rows)
         srv.sql("FLUSH BINARY LOGS")
         files = srv.binlog_files()
         small, large = files[0], max(files, key=lambda p: p.stat().st_size)
-        report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "files": []}
+        report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "files": [],
+                  "start": start}
         for path in (small, large):
             t_info, result = _best(filetools.info, path)
             t_walk, (events, last_ts) = _best(header_walk, path)
@@ -97,6 +134,21 @@ def main(argv: list[str] | None = None) -> int:
               f"  header walk {ms_walk:8.2f} ms  (walk/info {ms_walk / ms_info:.0f}x)")
     print(f"  info time, large file / small file: {report['info_growth_large_vs_small']:.2f}x "
           f"for {big['bytes'] / s['bytes']:.0f}x the bytes")
+    _print_start(start, None, False)
+    return 0
+
+
+def _print_start(start: dict, path: Path | None, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
+                          "start": start}))
+        return 0
+    if path is not None:
+        m = machine()
+        print(f"info start-up, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {m['cpu']} ({m['cores']} cores), "
+              f"{path.name} ({path.stat().st_size / 1e6:.1f} MB), load average {os.getloadavg()[0]:.1f}")
+    for name, t in start.items():
+        print(f"  {name:<26} best {t['best_ms']:6.1f} ms  median {t['median_ms']:6.1f} ms  (a process of its own)")
     return 0
 
 
