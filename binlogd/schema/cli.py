@@ -22,7 +22,7 @@ from binlogd.protocol.reader import iter_events
 from . import ddl
 from .changes import Unparsed
 from .history import Entry, SchemaHistoryError, SchemaTracker, read_history
-from .sqltext import split_statements
+from .sqltext import expand_comments, split_statements
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
 
@@ -52,8 +52,8 @@ def seed_entries(tracker: SchemaTracker, text: str, file: str, pos: int) -> list
     """
     db, out = "", []
     for statement in split_statements(text):
-        words = statement.split(None, 1)
-        if words[0].upper() == "USE" and len(words) == 2:
+        words = expand_comments(statement).split(None, 1)
+        if words and words[0].upper() == "USE" and len(words) == 2:
             db = words[1].strip().strip("`")
             continue
         for change in ddl.parse(statement, db):
@@ -69,32 +69,32 @@ def seed_entries(tracker: SchemaTracker, text: str, file: str, pos: int) -> list
     return out
 
 
-def build(files: list[str], seed: str | None = None) -> list[Entry]:
-    """The history entries of a run of binlog files (in the order given), after an optional seed file.
+def file_entries(tracker: SchemaTracker, path: str) -> list[Entry]:
+    """The history entries the DDL of one binlog file makes, following it with ``tracker``.
 
     Raises:
-        BinlogError: a file is not a readable binlog, or the seed cannot be parsed.
-        OSError: a file cannot be read.
+        BinlogError: the file is not a readable binlog (naming the offset).
+        OSError: it cannot be read.
     """
-    tracker = SchemaTracker(warn=_warn)
-    entries = seed_entries(tracker, Path(seed).read_text(), os.path.basename(files[0]), 4) if seed else []
-    for path in files:
-        name = os.path.basename(path)
-        with open(path, "rb") as fh:
-            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
-        for event in iter_events(data, Decoder(rows=False)):
-            entries.extend(tracker.observe(event, name))
-    return entries
+    name, out = os.path.basename(path), []
+    with open(path, "rb") as fh:
+        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(fh.fileno()).st_size else b""
+    for event in iter_events(data, Decoder(rows=False)):
+        out.extend(tracker.observe(event, name))
+    return out
 
 
 def cmd_schema(args) -> int:
-    """``binlogd schema build``: write the history of ``args.files`` to ``args.out``."""
+    """``binlogd schema build``: write the history of ``args.files`` (after ``args.seed``) to ``args.out``."""
+    tracker, entries, where = SchemaTracker(warn=_warn), [], args.seed
     try:
-        entries = build(args.files, args.seed)
+        if args.seed:
+            entries = seed_entries(tracker, Path(args.seed).read_text(), os.path.basename(args.files[0]), 4)
+        for where in args.files:
+            entries.extend(file_entries(tracker, where))
     except (BinlogError, OSError, UnicodeDecodeError) as exc:
         message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        where = getattr(exc, "filename", None) or ""
-        print(f"binlogd: {where + ': ' if where else ''}{message}", file=sys.stderr)
+        print(f"binlogd: {where}: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = Path(args.out)
     tmp = out.with_name(out.name + ".tmp")
