@@ -232,7 +232,11 @@ class DaemonSchema:
     async def _seed(self, file: str, pos: int) -> list[Entry]:
         now = await self.server.position()
         late = position_key(*now) > position_key(file, pos)
-        named = await self.server.ddl_tables_since(file, pos) if late else set()
+        try:
+            named = await self.server.ddl_tables_since(file, pos) if late else set()
+        except _server_errors() as exc:   # SHOW BINLOG EVENTS refused: no table is known to be untouched
+            self.log.warning("schema history: cannot list the DDL since %s:%d (%s)", file, pos, exc)
+            named = None
         dbs, tables = await self.server.tables(self.selected)
         entries = [Entry(*(now if late and _named(named, db, "*") else (file, pos)), None, db, None, charset, "seed")
                    for db, charset in dbs.items()]

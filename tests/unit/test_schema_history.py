@@ -151,3 +151,19 @@ def test_checked_schema_names_only_the_table_maps_it_agrees_with():
 ])
 def test_column_agreement(col, tm, ok):
     assert column_agrees(col, tm) is ok
+
+
+def test_the_schema_layer_imports_only_the_protocol_sqlglot_and_the_standard_library():
+    import ast
+    import sys
+    from pathlib import Path
+
+    allowed = {"binlogd", "sqlglot", "orjson", "__future__"} | set(sys.stdlib_module_names)
+    for path in (Path(__file__).resolve().parents[2] / "binlogd" / "schema").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for name in names:
+                assert name.split(".")[0] in allowed, (path.name, name)
+                assert not name.startswith("binlogd.") or name.startswith(("binlogd.protocol", "binlogd.schema")), \
+                    (path.name, name)
