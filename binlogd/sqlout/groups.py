@@ -1,10 +1,10 @@
 """Binlog files as transactions: the unit ``binlogd sql`` selects, replays and inverts.
 
 A :class:`Group` is one transaction, or one statement the server logged by itself (DDL, a statement
-on a non-transactional table). It starts at a GTID, a BEGIN, or the first context event of a
-statement (INTVAR, RAND, USER_VAR, TABLE_MAP, ANNOTATE_ROWS); it ends at XID, COMMIT, ROLLBACK,
-XA PREPARE, a DDL (an implicit commit), the statement of a group that has no BEGIN, or a rows event
-ending a statement logged without BEGIN (5.1 non-transactional tables). The events inside a
+on a non-transactional table). Where one starts and ends is the daemon's rule, applied by the same
+code (:class:`binlogd.protocol.position.PositionTracker`): from a GTID, a BEGIN, or the first context
+event of a statement, to XID, COMMIT, ROLLBACK, XA PREPARE, a DDL, the statement of a group without
+BEGIN, or a rows event ending a statement logged without BEGIN. The events inside a
 TRANSACTION_PAYLOAD are taken as if they stood in the file.
 
 :func:`select` applies the range options to the groups of a sequence of files: a range that starts
@@ -27,6 +27,7 @@ from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.gtid import Gtid, MariadbGtid, MysqlGtidSet
+from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import iter_events
 from binlogd.protocol.rows import STMT_END_F
 from binlogd.schema.history import SchemaTracker
@@ -75,7 +76,6 @@ class Group:
     events: list = field(default_factory=list)
     gtid: Gtid | MariadbGtid | None = None
     began: bool = False
-    standalone: bool = False
     closer: str | None = None
     first_ts: int = 0
     last_ts: int = 0
@@ -123,6 +123,7 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
     view = filetools.mapped(path)
     decoder = Decoder(schema_source=tracker.lookup if tracker is not None else None)
     name = Path(path).name
+    bounds = PositionTracker(Position(name, 4))  # the one rule for where transactions start and end
     flavor = "mysql"
     cur: Group | None = None
     for event in iter_events(view, decoder):
@@ -132,84 +133,72 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
             tracker.observe(event, name, end)
         if isinstance(event, E.FormatDescriptionEvent):
             flavor = "mariadb" if "mariadb" in event.server_version.lower() else "mysql"
-        inner = event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)
-        for e in inner:
-            if e is event and h.type_code in _RAW_QUERIES:
-                e = Statement(e, _raw_statement(view, e, decoder))
-            elif isinstance(e, E.QueryEvent):
-                e = Statement(e, e.query)
-            cur, done = _step(cur, e, path, flavor, end, notice)
-            if done is not None:
-                yield done
+        _check(event, path)
+        if isinstance(event, (E.GtidEvent, E.MariadbGtidEvent)) and cur is not None:
+            notice(f"{path}:{h.pos}: a GTID before the transaction at {cur.start} ended: that one is left out")
+            cur = None
+        ended = bounds.observe(event)
+        if not ended and not bounds.in_transaction:
+            continue  # between transactions: FORMAT_DESCRIPTION, ROTATE, GTID lists, checkpoints…
+        if cur is None:
+            cur = Group(path, h.pos, flavor, first_ts=h.timestamp)
+        cur.began |= bounds.inside
+        cur.last_ts = max(cur.last_ts, h.timestamp)
+        for e in event.events if isinstance(event, E.TransactionPayloadEvent) else (event,):
+            if isinstance(e, E.QueryEvent):
+                e = Statement(e, _raw_statement(view, e, decoder) if e is event and h.type_code in _RAW_QUERIES
+                              else e.query)
+            _add(cur, e)
+        if ended:
+            cur.end = end
+            yield cur
+            cur = None
     if cur is not None:
         notice(f"{path}: the file ends inside the transaction at {cur.start}: it is left out")
 
 
-def _open(cur: Group | None, e: E.Event, path: str, flavor: str) -> Group:
-    return cur if cur is not None else Group(path, e.header.pos, flavor, first_ts=e.header.timestamp)
+def _check(event: E.Event, path: str) -> None:
+    """Events no SQL can stand for.
 
-
-def _step(cur: Group | None, e, path: str, flavor: str, end: int,
-          notice: Callable[[str], None]) -> tuple[Group | None, Group | None]:
-    """Account for one event: (the group open after it, the group it completed or None)."""
-    ev = e.event if isinstance(e, Statement) else e
-    h = ev.header
-    if isinstance(ev, _SKIPPED) or (isinstance(ev, E.UnknownEvent) and h.flags & LOG_EVENT_IGNORABLE_F):
-        return cur, None
-    if isinstance(ev, (E.GtidEvent, E.MariadbGtidEvent)):
-        if cur is not None:
-            notice(f"{path}:{h.pos}: a GTID before the transaction at {cur.start} ended: that one is left out")
-        g = Group(path, h.pos, flavor, first_ts=h.timestamp)
-        if isinstance(ev, E.MariadbGtidEvent):
-            g.gtid = MariadbGtid(ev.domain_id, h.server_id, ev.seq_no)
-            g.began, g.standalone = not ev.standalone, ev.standalone
-        elif ev.gtid is not None:
-            g.gtid = Gtid(ev.sid, ev.gno, ev.tag)
-        return g, None
-    if isinstance(ev, E.IncidentEvent):
-        raise SqlOutError(f"{path}:{h.pos}: INCIDENT ({ev.message or ev.incident}): the primary lost changes "
+    Raises:
+        SqlOutError: an INCIDENT, a pre-5.0 LOAD DATA, or an unknown event not marked ignorable.
+    """
+    h = event.header
+    if isinstance(event, E.IncidentEvent):
+        raise SqlOutError(f"{path}:{h.pos}: INCIDENT ({event.message or event.incident}): the primary lost changes "
                           "here, so no replay past it can be right")
-    if isinstance(ev, _LEGACY_LOAD):
+    if isinstance(event, _LEGACY_LOAD):
         raise SqlOutError(f"{path}:{h.pos}: {h.type_name}: binlogd sql does not replay the LOAD DATA events "
                           "of servers before 5.0; use mysqlbinlog --local-load for this range")
-    if isinstance(ev, E.UnknownEvent):
+    if isinstance(event, E.UnknownEvent) and not h.flags & LOG_EVENT_IGNORABLE_F:
         raise SqlOutError(f"{path}:{h.pos}: unknown event type {h.type_code} (not marked ignorable)")
-    cur = _open(cur, ev, path, flavor)
-    cur.last_ts = max(cur.last_ts, h.timestamp)
-    if isinstance(ev, E.XidEvent):
-        return None, _close(cur, "COMMIT", end)
-    if isinstance(ev, E.XaPrepareEvent):
-        xid = f"X'{ev.gtrid.hex()}',X'{ev.bqual.hex()}',{ev.format_id}"
-        return None, _close(cur, f"XA COMMIT {xid} ONE PHASE" if ev.one_phase else f"XA PREPARE {xid}", end)
-    if isinstance(ev, E.RowsEvent):
-        cur.events.append(ev)
-        if ev.flags & STMT_END_F and not cur.began:
-            return None, _close(cur, "COMMIT", end)  # a statement logged without BEGIN (5.1)
-        return cur, None
-    if isinstance(ev, _CONTEXT):
-        cur.events.append(ev)
-        return cur, None
-    if isinstance(e, Statement):
+
+
+def _add(g: Group, e) -> None:
+    """One event of a group: kept for the SQL, or taken as its GTID or its end (BEGIN is the group's own)."""
+    if isinstance(e, E.GtidEvent):
+        g.gtid = Gtid(e.sid, e.gno, e.tag) if e.gtid is not None else None
+    elif isinstance(e, E.MariadbGtidEvent):
+        g.gtid = MariadbGtid(e.domain_id, e.header.server_id, e.seq_no)
+    elif isinstance(e, E.XidEvent):
+        g.closer = "COMMIT"
+    elif isinstance(e, E.RowsEvent):
+        g.events.append(e)
+        if e.flags & STMT_END_F and not g.began:
+            g.closer = "COMMIT"  # a statement logged without BEGIN (5.1 non-transactional tables)
+    elif isinstance(e, E.XaPrepareEvent):
+        xid = f"X'{e.gtrid.hex()}',X'{e.bqual.hex()}',{e.format_id}"
+        g.closer = f"XA COMMIT {xid} ONE PHASE" if e.one_phase else f"XA PREPARE {xid}"
+    elif isinstance(e, Statement):
         kind = statement_kind(e.text)
-        if kind.startswith("BEGIN"):
-            cur.began = True
-            return cur, None
         if kind.startswith(("COMMIT", "ROLLBACK")) and not kind.startswith("ROLLBACK TO"):
-            return None, _close(cur, "ROLLBACK" if kind.startswith("ROLLBACK") else "COMMIT", end)
-        cur.events.append(e)
-        if kind.startswith("XA START"):
-            cur.began = True
-        elif kind.startswith(("XA COMMIT", "XA ROLLBACK")) or not cur.began or cur.standalone:
-            return None, _close(cur, None, end)  # DDL or a statement by itself
-        elif kind.startswith("XA PREPARE"):
-            return None, _close(cur, None, end)
-        return cur, None
-    raise SqlOutError(f"{path}:{h.pos}: {h.type_name} events are not supported by binlogd sql")
-
-
-def _close(g: Group, closer: str | None, end: int) -> Group:
-    g.closer, g.end = closer, end
-    return g
+            g.closer = "ROLLBACK" if kind.startswith("ROLLBACK") else "COMMIT"
+        elif not kind.startswith("BEGIN"):
+            g.events.append(e)
+    elif isinstance(e, _CONTEXT):
+        g.events.append(e)
+    elif not isinstance(e, _SKIPPED) and not isinstance(e, E.UnknownEvent):
+        raise SqlOutError(f"{g.file}:{e.header.pos}: {e.header.type_name} events are not supported by binlogd sql")
 
 
 def check_sequence(paths: list[str]) -> None:
