@@ -87,13 +87,15 @@ class Renderer:
             out.append(statement + ";")
 
     def _plan(self, tmap: E.TableMapEvent, g: Group, ev: E.Event) -> TablePlan:
+        """The table's plan, made again when its TABLE_MAP, the file's server or its history's key change."""
         key = (tmap.schema, tmap.table)
+        pk = self.primary_key(tmap.schema, tmap.table, tuple(c.name for c in tmap.columns))
         cached = self._plans.get(key)
-        if cached is None or (cached[0] is not tmap.columns and cached[0] != tmap.columns) or cached[1] != g.flavor:
-            pk = self.primary_key(tmap.schema, tmap.table, tuple(c.name for c in tmap.columns))
-            cached = self._plans[key] = (tmap.columns, g.flavor,
+        if cached is None or (cached[0] is not tmap.columns and cached[0] != tmap.columns) or \
+                cached[1:3] != (g.flavor, pk):
+            cached = self._plans[key] = (tmap.columns, g.flavor, pk,
                                          TablePlan(tmap, g.flavor, f"{g.file}:{ev.header.pos}", pk))
-        return cached[2]
+        return cached[3]
 
     def _row_session(self, out: list, ev: E.RowsEvent) -> None:
         for key, statement in ROW_SESSION:
