@@ -11,7 +11,8 @@ returns SQL text:
   binlog did not name the values);
 - text quoted and escaped, in UTF-8 (the session's character set), which the server converts to the
   column's; text of a character set Python cannot decode, binary strings and GEOMETRY as hex
-  (``X'…'``, with the character set's introducer for text);
+  (``X'…'``, with the character set's introducer for text); text of an unknown character set as the
+  hex of its bytes;
 - MySQL JSON as ``CAST('…' AS JSON)``; VECTOR with the server's constructor (MySQL
   ``STRING_TO_VECTOR``, MariaDB ``VEC_FromText``).
 """
@@ -133,10 +134,11 @@ def _vector(constructor: str) -> Render:
 
 
 def _unknown_charset(where: str) -> Render:
-    """A column whose character set the binlog does not name: the decoder gives its value as text when the
-    bytes are valid UTF-8, else as base64. Either way the bytes are known, and a hex literal stores (and
-    matches) them byte for byte under any character set; only text that is itself valid base64 of bytes
-    that are not UTF-8 could be either, and is an error."""
+    """A column whose character set neither the binlog nor a schema history names: the decoder gives its
+    value as text when the bytes are valid UTF-8, else as their base64. A value that cannot be such base64
+    is text: its UTF-8 bytes, as a hex literal, which the server stores (and matches) byte for byte under
+    any character set. A value that reads as the base64 of bytes that are not UTF-8 may be either, and is
+    an error."""
     def value(v):
         try:
             raw = b64decode(v, validate=True)
