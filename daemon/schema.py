@@ -135,8 +135,14 @@ class ServerSchema:
         return dbs, names
 
     async def position(self) -> tuple[str, int]:
-        """The primary's current binlog file and position (``SHOW MASTER STATUS``)."""
-        rows = await self._query("SHOW MASTER STATUS")
+        """The primary's current binlog file and position (``SHOW MASTER STATUS``, on MySQL 8.4+ ``SHOW BINARY
+        LOG STATUS``)."""
+        import pymysql
+
+        try:
+            rows = await self._query("SHOW MASTER STATUS")
+        except pymysql.err.ProgrammingError:
+            rows = await self._query("SHOW BINARY LOG STATUS")
         return str(rows[0][0]), int(rows[0][1])
 
     async def ddl_tables_since(self, file: str, pos: int, limit: int = SCAN_LIMIT) -> set | None:
