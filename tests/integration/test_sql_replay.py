@@ -190,3 +190,24 @@ def test_keep_gtids_replays_under_the_original_gtids(mariadb, dest):
                 if e.header.type_name == "MARIADB_GTID"]
     assert replayed == source_gtids and len(source_gtids) == 4  # the UPDATE and DELETE of step 1 match no row
     assert dump(dest, db) == dump(mariadb, db)
+
+
+def test_an_error_inside_a_transaction_rolls_back_what_was_written(mariadb_minimal):
+    """A table with no column names (created before the files, MINIMAL metadata) met inside a transaction
+    after hundreds of statements were already written: the output ends with ROLLBACK, and the client keeps
+    nothing of that transaction, only the whole ones before it."""
+    server = mariadb_minimal
+    db = f"sqlcut_{uuid.uuid4().hex[:8]}"
+    _run(server, [f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.unnamed (id INT PRIMARY KEY)"])
+    first = flush(server)
+    _run(server, [f"CREATE TABLE `{db}`.named (id INT PRIMARY KEY)", f"INSERT INTO `{db}`.named VALUES (0)", "BEGIN",
+                  *(f"INSERT INTO `{db}`.named VALUES ({i})" for i in range(1, 301)),
+                  f"INSERT INTO `{db}`.unnamed VALUES (1)", "COMMIT"])
+    run = binlogd_sql(*new_files(server, first))
+    assert run.code == 1 and "`unnamed` has no column names" in run.stderr
+    assert run.sql.count(b"INSERT INTO `" + db.encode() + b"`.`named`") > 256
+    assert run.sql.endswith(b"\nROLLBACK;\n")
+    with target(server) as dest:
+        dest.sql(f"CREATE DATABASE `{db}`")
+        client(dest, run.sql)
+        assert dest.sql(f"SELECT id FROM `{db}`.named") == [(0,)]
