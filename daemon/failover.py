@@ -7,6 +7,10 @@ Two halves, kept apart:
   use; :func:`give_up` says when looking further is pointless; :func:`no_source` writes the exit message.
 - The probe (:func:`probe`): connect to one server and collect its :class:`Facts` by SQL and, on MariaDB, a
   GTID dump under strict semantics that is closed after its first packet.
+- :class:`Failover`, the daemon's side: which server each session uses (the current one is retried
+  :data:`RETRIES` times after a loss, then every host is probed and the best usable one taken), the
+  "failover from A to B at GTID …" line and metric, and the watch that leaves a source that turned read-only
+  and stopped advancing for a writable one.
 
 A server is usable when it is reachable, authenticates, logs row events, and its binlog holds every
 transaction already delivered. On MySQL ``GTID_SUBSET(<checkpoint set>, @@gtid_executed)`` must hold and
@@ -22,17 +26,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from binlogd.protocol.gtid import MariadbGtid, MariadbGtidList, MysqlGtidSet
 from binlogd.protocol.position import Position
 
+from .metrics import Metrics
 from .source import ServerInfo, SourceConnection, SourceError
 
 USABLE, UNREACHABLE, REFUSED, DIVERGED, PURGED = "usable", "unreachable", "refused", "diverged", "purged"
+RETRIES = 2  # attempts on the source just lost before the other hosts are probed too
 _UNREACHABLE_KINDS = frozenset({"connection", "unreachable", "timeout", "stream_ended"})
-_DIVERGED_REFUSALS = ("not in the master's binlog", "is missing the GTID")
+_DIVERGED_REFUSALS = ("not in the master's binlog", "is missing the GTID", "more GTIDs than the master")
+# the SourceError kind (binlogd_errors_total{kind}, the exit code) that stands for a verdict
+_ERROR_KINDS = {UNREACHABLE: "connection", REFUSED: "misconfigured", DIVERGED: "diverged", PURGED: "binlog_missing"}
 _MARIADB_GTID = re.compile(r"\b\d+-\d+-\d+\b")
 
 
@@ -76,6 +87,7 @@ class Verdict:
         info: the server's identity (None when it could not be asked).
         writable: ``read_only`` is OFF.
         missing: for ``diverged``, the delivered GTIDs it lacks (text).
+        error_kind: the SourceError kind it stands for (the failure's own kind when it could not be asked).
     """
 
     endpoint: str
@@ -84,6 +96,7 @@ class Verdict:
     info: ServerInfo | None = None
     writable: bool = False
     missing: str = ""
+    error_kind: str = ""
 
     @property
     def usable(self) -> bool:
@@ -91,23 +104,27 @@ class Verdict:
 
 
 # ---------------------------------------------------------------------------------------------- decisions
-def judge(facts: Facts, delivered: Position) -> Verdict:
+def judge(facts: Facts, delivered: Position | None) -> Verdict:
     """The verdict on one server given what it answered and the checkpoint's ``delivered`` position (whose
-    ``gtid_set`` (MySQL) or ``gtid_list`` (MariaDB) holds every transaction already delivered)."""
+    ``gtid_set`` (MySQL) or ``gtid_list`` (MariaDB) holds every transaction already delivered; None when
+    nothing is delivered yet and no GTID start was given: any server that can serve will do)."""
     where = facts.endpoint
     if facts.failure is not None:
         kind = UNREACHABLE if facts.failure.kind in _UNREACHABLE_KINDS else REFUSED
-        return Verdict(where, kind, str(facts.failure))
+        return Verdict(where, kind, str(facts.failure), error_kind=facts.failure.kind)
     verdict = _judge_mysql(facts, delivered) if facts.info.flavor == "mysql" else _judge_mariadb(facts, delivered)
-    return dataclasses.replace(verdict, info=facts.info, writable=not facts.read_only)
+    return dataclasses.replace(verdict, info=facts.info, writable=not facts.read_only,
+                               error_kind=_ERROR_KINDS.get(verdict.kind, ""))
 
 
-def _judge_mysql(facts: Facts, delivered: Position) -> Verdict:
+def _judge_mysql(facts: Facts, delivered: Position | None) -> Verdict:
     where = facts.endpoint
-    if delivered.gtid_list:
-        return Verdict(where, REFUSED, "a MySQL server cannot continue a MariaDB GTID position")
     if not facts.info.gtid_mode:
         return Verdict(where, REFUSED, "gtid_mode is OFF: failover needs GTIDs")
+    if delivered is None:
+        return Verdict(where, USABLE, "can serve (nothing delivered yet)")
+    if delivered.gtid_list:
+        return Verdict(where, REFUSED, "a MySQL server cannot continue a MariaDB GTID position")
     if not facts.subset:
         return Verdict(where, DIVERGED, f"diverged: lacks {facts.lacking} (GTID_SUBSET of the checkpoint's set "
                        "and @@gtid_executed is false)", missing=facts.lacking)
@@ -116,8 +133,10 @@ def _judge_mysql(facts: Facts, delivered: Position) -> Verdict:
     return Verdict(where, USABLE, "has every delivered transaction")
 
 
-def _judge_mariadb(facts: Facts, delivered: Position) -> Verdict:
+def _judge_mariadb(facts: Facts, delivered: Position | None) -> Verdict:
     where = facts.endpoint
+    if delivered is None:
+        return Verdict(where, USABLE, "can serve (nothing delivered yet)")
     if delivered.gtid_set:
         return Verdict(where, REFUSED, "a MariaDB server cannot continue a MySQL GTID set")
     lacking = mariadb_lacking(delivered.gtid_list, facts.binlog_state)
@@ -158,15 +177,17 @@ def choose(verdicts: list[Verdict]) -> Verdict | None:
 
 
 def give_up(verdicts: list[Verdict], waited: float, timeout: float) -> str | None:
-    """Whether to stop looking for a source, when none of ``verdicts`` is usable after ``waited`` seconds.
+    """Whether to stop looking for a source, when none of ``verdicts`` (every host) is usable after ``waited``
+    seconds.
 
     Returns ``"purged"`` when every server refused the position as purged (exit 5, ERR 1236 everywhere),
+    ``"refused"`` when every server refuses to serve (authentication, binlog off…: its own exit code),
     ``"diverged"`` when ``timeout`` has passed and a reachable server lacks delivered transactions (exit 9),
     else None: try again (servers that are down may come back).
     """
     kinds = {v.kind for v in verdicts}
-    if kinds == {PURGED}:
-        return PURGED
+    if kinds in ({PURGED}, {REFUSED}):
+        return kinds.pop()
     if waited >= timeout and DIVERGED in kinds:
         return DIVERGED
     return None
@@ -178,12 +199,12 @@ def no_source(verdicts: list[Verdict], waited: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the probe
-async def probe(source, endpoint: tuple[str, int], delivered: Position, server_id: int) -> Facts:
+async def probe(source, endpoint: tuple[str, int], delivered: Position | None, server_id: int) -> Facts:
     """Ask the server at ``endpoint`` what :func:`judge` needs; never raises for the server's sake.
 
     Args:
         source: the :class:`daemon.config.SourceConfig` (user, password, TLS, timeouts).
-        delivered: the checkpoint's position (its GTID set or list is checked).
+        delivered: the checkpoint's position (its GTID set or list is checked); None: only whether it can serve.
         server_id: the replica id registered for the MariaDB probe dump (the daemon's own: its stream is not
             running against this server while it is probed).
     """
@@ -194,6 +215,8 @@ async def probe(source, endpoint: tuple[str, int], delivered: Position, server_i
         info = await conn.open()
         read_only = bool(int((await conn.query("SELECT @@global.read_only"))[0][0]))
         facts = Facts(where, info=info, read_only=read_only)
+        if delivered is None:
+            return facts
         if info.flavor == "mysql" and info.gtid_mode and not delivered.gtid_list:
             mine = str(MysqlGtidSet.parse(delivered.gtid_set))  # normalised: nothing to quote
             subset, lacking, purged = (await conn.query(
@@ -231,3 +254,168 @@ async def _strict_dump(conn: SourceConnection, delivered: Position, server_id: i
 
 def _one_line(text) -> str:
     return str(text or "").replace("\n", "")
+
+
+# ---------------------------------------------------------------------------------------------- the daemon's side
+class Failover:
+    """Which of ``source.hosts`` each session streams from.
+
+    Args:
+        source: the :class:`daemon.config.SourceConfig` (endpoints, failover_timeout_seconds, credentials).
+        log, metrics: the daemon's.
+        last_host: the ``host:port`` the checkpoint names as the last source (None: none, or not a host now).
+    Fields:
+        current: ``host:port`` of the source streamed from last (None before the first session).
+    """
+
+    def __init__(self, source, log: logging.Logger, metrics: Metrics, last_host: str | None = None):
+        self.source, self.log, self.metrics = source, log, metrics
+        self.endpoints = {f"{host}:{port}": (host, port) for host, port in source.endpoints}
+        self.current = last_host if last_host in self.endpoints else None
+        self._attempts = 0                  # picks since a session last streamed
+        self._lost_at: float | None = None  # when the source was lost (monotonic)
+        self._refused: dict[str, tuple[Position | None, str]] = {}  # host -> (position, its ERR 1236 to a dump)
+        self._picked_at: Position | None = None  # the delivered position of the last pick
+
+    def config(self, endpoint: str):
+        """The SourceConfig that connects to ``endpoint`` (``host:port``)."""
+        host, port = self.endpoints[endpoint]
+        return dataclasses.replace(self.source, host=host, port=port)
+
+    def delivered(self, durable) -> Position | None:
+        """What a server must hold to be used: the ``durable`` ResumeState's position; before the first
+        commit the GTIDs of a ``gtid:`` start; else None (nothing delivered)."""
+        if durable is not None:
+            return durable.position
+        spec = self.source.start_spec
+        if spec.kind != "gtid":
+            return None
+        mysql = isinstance(spec.gtid, MysqlGtidSet)
+        return Position("", 4, gtid_set=str(spec.gtid) if mysql else "", gtid_list="" if mysql else str(spec.gtid))
+
+    async def pick(self, delivered: Position | None) -> Verdict:
+        """The usable server the next session streams from: the current one (first :data:`RETRIES` attempts
+        after a loss), then the best of every host (:func:`choose`).
+
+        Args:
+            delivered: the last durable position (None: nothing delivered and no GTID start).
+        Raises:
+            SourceError: none usable now: retried (kind of the current one's verdict, or ``no_source``) unless
+                fatal: every host purged the position (``binlog_missing``, exit 5), refuses to serve (its
+                kind), or only diverged ones answered for failover_timeout_seconds (``diverged``, exit 9).
+        """
+        now = time.monotonic()
+        self._lost_at, self._picked_at = self._lost_at or now, delivered
+        self._attempts += 1
+        names = list(self.endpoints)
+        if self.current is not None:
+            names.remove(self.current)
+            names.insert(0, self.current)
+        if self.current is not None and self._attempts <= RETRIES:
+            names = names[:1]
+        facts = await asyncio.gather(*(probe(self.source, self.endpoints[name], delivered, self.source.server_id)
+                                       for name in names))
+        verdicts = [self._refusal(name, delivered) or judge(f, delivered) for name, f in zip(names, facts)]
+        for v in verdicts:
+            if not v.usable:
+                self.log.warning("source %s skipped: %s", v.endpoint, v.reason)
+        chosen = choose(verdicts)
+        if chosen is not None:
+            return chosen
+        if len(names) < len(self.endpoints):
+            v = verdicts[0]
+            raise SourceError(v.error_kind, f"source {v.endpoint} {v.reason}")
+        waited = now - self._lost_at
+        message = no_source(verdicts, waited)
+        outcome = give_up(verdicts, waited, self.source.failover_timeout_seconds)
+        if outcome == PURGED:
+            raise SourceError("binlog_missing", f"{message}: see README 'After ERR 1236'", fatal=True)
+        if outcome == REFUSED:
+            raise SourceError(verdicts[0].error_kind, message, fatal=True)
+        if outcome == DIVERGED:
+            raise SourceError("diverged", f"{message}: see README 'Failover'", fatal=True)
+        raise SourceError("no_source", message)
+
+    def _refusal(self, name: str, delivered: Position | None) -> Verdict | None:
+        """The verdict on a host that refused a dump from ``delivered`` with ERR 1236, else None."""
+        at, said = self._refused.get(name, (None, None))
+        if said is None or at != delivered:
+            return None
+        kind = DIVERGED if any(text in said for text in _DIVERGED_REFUSALS) else PURGED
+        gtids = delivered and (delivered.gtid_set or delivered.gtid_list)
+        return Verdict(name, kind, f"{kind}: refused a dump from {gtids or 'the start'}: {said}",
+                       error_kind=_ERROR_KINDS[kind])
+
+    def refused(self, endpoint: str, error: SourceError) -> SourceError:
+        """A dump from ``endpoint`` failed with ERR 1236: the host counts as purged (or diverged, by the
+        server's words) while the delivered position stays where it was picked from. Returns the retryable
+        error to raise instead."""
+        self._refused[endpoint] = (self._picked_at, str(error))
+        return SourceError(error.kind, f"source {endpoint} {error}")
+
+    def streaming(self, endpoint: str, position: Position) -> bool:
+        """A session on ``endpoint`` is streaming from ``position``. Returns True when the source changed (the
+        first session included); a change from a known source is logged and counted as a failover."""
+        changed = endpoint != self.current
+        if changed and self.current is not None:
+            self.log.warning("failover from %s to %s at GTID %s", self.current, endpoint,
+                             position.gtid_set or position.gtid_list or "(none)")
+            self.metrics.failover()
+        self.current, self._attempts, self._lost_at = endpoint, 0, None
+        return changed
+
+    async def run(self, consumer, session, stopping: asyncio.Event, ending: asyncio.Event) -> None:
+        """``consumer.run(session)`` with :meth:`watch` beside it (``ending`` is the consumer's stop event).
+
+        Raises:
+            SourceError("read_only"): the watch ended the session to move to a writable host (not fatal).
+            What ``consumer.run`` raises; ERR 1236 (kind ``binlog_missing``) not fatal: see :meth:`refused`.
+        """
+        watch = asyncio.create_task(self.watch(lambda: consumer.tracker.committed, stopping, ending))
+        try:
+            await consumer.run(session)
+        except SourceError as exc:
+            if exc.kind != "binlog_missing":
+                raise
+            raise self.refused(self.current, exc) from None
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+        if not stopping.is_set():
+            raise SourceError("read_only", f"source {self.current} turned read-only and stopped advancing")
+
+    async def watch(self, committed: Callable[[], Position], stopping: asyncio.Event, ending: asyncio.Event) -> None:
+        """While a session streams from :attr:`current`: set ``ending`` (the consumer stops at the next
+        transaction boundary) when ``stopping`` is set, or when the source is read-only, has committed nothing
+        for a check period (2 x heartbeat), and another host is usable and writable; then the next
+        :meth:`pick` probes every host at once."""
+        last = None
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(stopping.wait(), 2 * self.source.heartbeat_seconds)
+                    return
+                except asyncio.TimeoutError:
+                    pass
+                at = committed()
+                if at != last:
+                    last = at
+                elif await self._writable_elsewhere(at):
+                    self._attempts = RETRIES
+                    return
+        finally:
+            ending.set()
+
+    async def _writable_elsewhere(self, delivered: Position) -> bool:
+        """True when the current source is read-only and another host is usable and writable (logged)."""
+        current = judge(await probe(self.source, self.endpoints[self.current], None, self.source.server_id), None)
+        if not current.usable or current.writable:
+            return False
+        others = [name for name in self.endpoints if name != self.current]
+        facts = await asyncio.gather(*(probe(self.source, self.endpoints[name], delivered, self.source.server_id)
+                                       for name in others))
+        better = [v for v in (judge(f, delivered) for f in facts) if v.usable and v.writable]
+        if better:
+            self.log.info("source %s is read-only and idle; %s is writable and has every delivered transaction: "
+                          "leaving it", self.current, better[0].endpoint)
+        return bool(better)

@@ -32,6 +32,7 @@ from binlogd.serverbins import ServerBinaries
 from tests.support.daemon import base_overrides, read_checkpoint
 
 ROW_ARGS = ("--binlog-row-metadata=FULL", "--gtid-strict-mode=ON", "--log-slave-updates")
+APP_USER, APP_PASSWORD = "app", "apppass"
 
 
 def gtid_pos(server: LocalServer) -> str:
@@ -56,17 +57,26 @@ class Pair:
     """
 
     def __init__(self, binaries: ServerBinaries | None = None, extra_args: tuple[str, ...] = ()) -> None:
-        self.servers = [LocalServer(extra_args=[*ROW_ARGS, f"--server-id={i}", *extra_args], binaries=binaries)
-                        for i in (1, 2)]
+        # Binlog names differ (db1-bin.*, db2-bin.*): a sink's (file, pos) never names two servers' events.
+        self.servers = [LocalServer(extra_args=[*ROW_ARGS, f"--server-id={i}", *extra_args], binaries=binaries,
+                                    binlog_basename=f"db{i}-bin") for i in (1, 2)]
         self.primary, self.replica = self.servers
 
     def start(self) -> Pair:
-        """Start both servers and replication; the replica is read-only."""
+        """Start both servers and replication; the replica is read-only. The primary gets the user
+        :data:`APP_USER` (replicated), which ``read_only`` stops, as it stops applications (root bypasses it)."""
         for server in self.servers:
             server.start()
+        self.primary.sql(f"CREATE USER '{APP_USER}'@'127.0.0.1' IDENTIFIED BY '{APP_PASSWORD}'")
+        self.primary.sql(f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX ON *.* "
+                         f"TO '{APP_USER}'@'127.0.0.1'")
         self.replica.sql("SET GLOBAL read_only = ON")
         self.follow(self.replica)
         return self
+
+    def app_connect(self, **kw):
+        """A PyMySQL connection to the current primary as :data:`APP_USER` (an application's rights)."""
+        return self.primary.connect(user=APP_USER, password=APP_PASSWORD, **kw)
 
     def cleanup(self) -> None:
         """Stop both servers and remove their directories."""

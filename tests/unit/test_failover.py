@@ -3,11 +3,16 @@ and the two failover metrics. Each case states the servers' answers the way the 
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+
 import pytest
 from binlogd.daemon.failover import (
     DIVERGED,
     PURGED,
     REFUSED,
+    RETRIES,
     UNREACHABLE,
     USABLE,
     Facts,
@@ -35,6 +40,10 @@ NOT_IN_BINLOG = ("binlog dump: the primary cannot send the requested binlog (err
 PURGED_REFUSAL = ("binlog dump: the primary cannot send the requested binlog (error 1236: Could not find GTID state "
                   "requested by slave in any binlog files. Probably the slave state is too old and required binlog "
                   "files have been purged.)")
+
+
+def run(coro):
+    return asyncio.run(coro)
 
 
 def mysql(**kw) -> Facts:
@@ -179,3 +188,94 @@ def test_source_info_names_the_current_source_only_and_failovers_count():
         "host": "db2:3306", "server_id": "2", "server_uuid": U2, "version": "8.4.3"}) == 1
     assert m.registry.get_sample_value("binlogd_failovers_total") == 1
     assert b"binlogd_source_info{" in m.exposition()
+
+
+# -- the daemon's side: which server each session uses (probes stubbed with the facts servers give) ---------
+
+class Answers:
+    """Stands in for failover.probe: the facts each host gives, and the hosts asked, per call."""
+
+    def __init__(self, facts: dict[str, Facts]):
+        self.facts, self.asked = facts, []
+
+    async def __call__(self, source, endpoint, delivered, server_id):
+        where = f"{endpoint[0]}:{endpoint[1]}"
+        self.asked.append(where)
+        return self.facts[where]
+
+
+def failover(monkeypatch, facts: dict[str, Facts], last: str | None = None, **extra):
+    from binlogd.daemon import failover as module
+    from binlogd.daemon.config import load_config
+
+    answers = Answers(facts)
+    monkeypatch.setattr(module, "probe", answers)
+    cfg = load_config(None, env={}, overrides={"source.hosts": ",".join(facts), **extra})
+    return module.Failover(cfg.source, logging.getLogger("test"), Metrics(), last), answers
+
+
+def up(where: str, read_only: bool = False, binlog_state: str = "0-1-100") -> Facts:
+    return Facts(where, info=MARIADB, read_only=read_only, binlog_state=binlog_state)
+
+
+def down(where: str) -> Facts:
+    return Facts(where, failure=SourceError("connection", f"cannot connect to {where}"))
+
+
+def test_the_lost_source_is_retried_alone_then_every_host_writable_first(monkeypatch):
+    f, answers = failover(monkeypatch, {"a:1": down("a:1"), "b:1": up("b:1", read_only=True), "c:1": up("c:1")},
+                          last="a:1")
+    for _ in range(RETRIES):
+        with pytest.raises(SourceError) as ei:
+            run(f.pick(AT_MARIADB))
+        assert ei.value.kind == "connection" and not ei.value.fatal
+    assert answers.asked == ["a:1"] * RETRIES
+    assert run(f.pick(AT_MARIADB)).endpoint == "c:1"       # writable beats the order
+    assert answers.asked[RETRIES:] == ["a:1", "b:1", "c:1"]
+    assert f.streaming("c:1", AT_MARIADB) and f.current == "c:1"
+    assert f.metrics.registry.get_sample_value("binlogd_failovers_total") == 1
+    assert not f.streaming("c:1", AT_MARIADB)
+
+
+def test_only_diverged_hosts_after_the_timeout_is_exit_9(monkeypatch):
+    diverged = up("b:1", binlog_state="0-1-90")
+    f, _ = failover(monkeypatch, {"a:1": down("a:1"), "b:1": diverged},
+                    **{"source.failover_timeout_seconds": "0.2"})
+    with pytest.raises(SourceError) as ei:
+        run(f.pick(AT_MARIADB))
+    assert (ei.value.kind, ei.value.fatal) == ("no_source", False)
+    time.sleep(0.25)
+    with pytest.raises(SourceError) as ei:
+        run(f.pick(AT_MARIADB))
+    assert (ei.value.kind, ei.value.fatal) == ("diverged", True)
+    assert "b:1 diverged: lacks 0-1-100 (has 0-1-90)" in str(ei.value) and "a:1 cannot connect" in str(ei.value)
+
+
+def test_a_host_that_refused_the_dump_is_purged_while_the_position_stays(monkeypatch):
+    f, _ = failover(monkeypatch, {"a:1": up("a:1"), "b:1": up("b:1")})
+    assert run(f.pick(AT_MARIADB)).endpoint == "a:1"
+    error = f.refused("a:1", SourceError("binlog_missing", "error 1236: Could not find GTID state", fatal=True))
+    assert (error.kind, error.fatal) == ("binlog_missing", False)
+    assert run(f.pick(AT_MARIADB)).endpoint == "b:1"
+    f.refused("b:1", SourceError("binlog_missing", "error 1236: gone", fatal=True))
+    with pytest.raises(SourceError) as ei:
+        run(f.pick(AT_MARIADB))
+    assert (ei.value.kind, ei.value.fatal) == ("binlog_missing", True)    # ERR 1236 everywhere: exit 5
+    assert run(f.pick(Position("b.000002", 4, gtid_list="0-1-100"))).endpoint == "a:1"  # a new position: ask again
+
+
+def test_every_host_refusing_to_serve_ends_with_its_code(monkeypatch):
+    auth = Facts("a:1", failure=SourceError("auth", "authentication failed for user 'repl' at a:1", fatal=True))
+    f, _ = failover(monkeypatch, {"a:1": auth, "b:1": Facts("b:1", failure=SourceError("auth", "denied", True))})
+    with pytest.raises(SourceError) as ei:
+        run(f.pick(None))
+    assert (ei.value.kind, ei.value.fatal) == ("auth", True)
+
+
+def test_what_a_candidate_must_hold(monkeypatch):
+    f, _ = failover(monkeypatch, {"a:1": up("a:1"), "b:1": up("b:1")}, **{"source.start": "gtid:0-1-7"})
+    assert f.delivered(None) == Position("", 4, gtid_list="0-1-7")
+    durable = type("Durable", (), {"position": AT_MARIADB})()
+    assert f.delivered(durable) is AT_MARIADB
+    g, _ = failover(monkeypatch, {"a:1": up("a:1"), "b:1": up("b:1")})
+    assert g.delivered(None) is None     # start = "current": nothing delivered yet
