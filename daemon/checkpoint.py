@@ -10,38 +10,18 @@ loudly instead of interleaving writes.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from binlogd.protocol.checkpoint import Checkpoint
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.position import Position
-
-FORMAT_VERSION = 1
 
 
 class CheckpointError(BinlogError):
     """The checkpoint cannot be read, written or locked."""
-
-
-@dataclass
-class Checkpoint:
-    """What a checkpoint file holds.
-
-    Fields:
-        position: the end of the last transaction the sink committed.
-        sink: the sink's own state at that moment (file, offset…).
-        source: facts about the primary (flavor, server id/uuid) for sanity checks, the resume mode, and
-            ``skip_before`` (unix time) while a datetime start has not reached its first transaction.
-        saved_at: unix time of the save.
-    """
-
-    position: Position
-    sink: dict = field(default_factory=dict)
-    source: dict = field(default_factory=dict)
-    saved_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,12 +122,8 @@ class CheckpointStore:
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {exc.strerror}") from exc
         try:
-            data = json.loads(raw)
-            if data.get("version") != FORMAT_VERSION:
-                raise ValueError(f"unsupported version {data.get('version')!r}")
-            return Checkpoint(Position.from_dict(data["position"]), dict(data.get("sink", {})),
-                              dict(data.get("source", {})), float(data.get("saved_at", 0)))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return Checkpoint.parse(raw)
+        except ValueError as exc:
             raise CheckpointError(f"checkpoint {self.path} is not valid: {exc}") from exc
 
     def save(self, checkpoint: Checkpoint) -> None:
@@ -157,9 +133,7 @@ class CheckpointStore:
             CheckpointError: on any I/O failure; the previous checkpoint is then intact.
         """
         checkpoint.saved_at = time.time()
-        body = json.dumps({"version": FORMAT_VERSION, "position": checkpoint.position.to_dict(),
-                           "sink": checkpoint.sink, "source": checkpoint.source,
-                           "saved_at": checkpoint.saved_at}, sort_keys=True).encode()
+        body = checkpoint.to_bytes()
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

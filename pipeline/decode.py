@@ -25,12 +25,12 @@ import dataclasses
 import json
 import mmap
 import os
-import re
 import sys
 from decimal import Decimal
 from typing import Iterator
 
 from binlogd.protocol import events as E
+from binlogd.protocol.checkpoint import Checkpoint, jsonl_committed
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
@@ -353,9 +353,6 @@ def read_index(path: str, corrupt_column: bool = False, skip_corrupt: bool = Fal
 
 # --------------------------------------------------------------------------- the daemon's JSON lines
 
-_JSONL_NAME = re.compile(r"changes-\d{6}\.jsonl$")
-
-
 def is_jsonl(path: str) -> bool:
     return path.endswith(".jsonl")
 
@@ -410,11 +407,17 @@ def read_jsonl(path: str, rows: ChangeRows, stop: int | None = None, skip_corrup
         yield rows.take(rows.n)
 
 
-def committed_jsonl(checkpoint_path: str) -> tuple[str, int] | None:
-    """(file name, committed offset) of a JSON-lines sink, from the daemon's checkpoint file."""
-    with open(checkpoint_path, encoding="utf-8") as fh:
-        sink = json.load(fh).get("sink") or {}
-    name, offset = sink.get("file"), sink.get("offset")
-    if not isinstance(name, str) or not _JSONL_NAME.search(name) or not isinstance(offset, int):
-        return None
-    return name, offset
+def committed_jsonl(checkpoint_path: str) -> tuple[int, int] | None:
+    """(file index, committed offset) of a JSON-lines sink, from the daemon's checkpoint file (None when
+    its sink is not a JSON-lines one).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it is not a checkpoint.
+    """
+    with open(checkpoint_path, "rb") as fh:
+        raw = fh.read()
+    try:
+        return jsonl_committed(Checkpoint.parse(raw).sink)
+    except ValueError as exc:
+        raise ValueError(f"{checkpoint_path} is not a binlogd checkpoint: {exc}") from exc

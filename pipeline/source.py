@@ -46,6 +46,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from binlogd.protocol.checkpoint import jsonl_index
 from binlogd.protocol.errors import BinlogError
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -273,11 +274,12 @@ class BinlogBatchReader(_Reader, DataSourceReader):
         out = []
         for path in files:
             stop = os.path.getsize(path)
-            if committed is not None and os.path.basename(path).startswith("changes-"):
-                name, offset = committed
-                if os.path.basename(path) == name:
+            index = jsonl_index(os.path.basename(path))
+            if committed is not None and index is not None:
+                committed_index, offset = committed
+                if index == committed_index:
                     stop = offset
-                elif os.path.basename(path) > name:
+                elif index > committed_index:
                     continue  # written after the last commit: nothing in it is committed
             out.append(FilePartition(path, "jsonl", 0, stop))
         return out

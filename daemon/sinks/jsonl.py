@@ -11,16 +11,14 @@ is read again.
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
+from binlogd.protocol.checkpoint import jsonl_committed, jsonl_index, jsonl_name
 from binlogd.protocol.serialize import dumps
 
 from ..checkpoint import fsync_dir
 from .base import Sink, SinkError, close_all, sync_all
-
-_NAME = re.compile(r"changes-(\d{6})\.jsonl")
 
 
 class JsonLinesSink(Sink):
@@ -40,22 +38,21 @@ class JsonLinesSink(Sink):
         self._opened_at = 0.0
 
     def _path(self, index: int) -> Path:
-        return self.directory / f"changes-{index:06d}.jsonl"
+        return self.directory / jsonl_name(index)
 
     def _existing(self) -> list[int]:
-        return sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _NAME.fullmatch(p.name)))
+        return sorted(i for p in self.directory.iterdir() if (i := jsonl_index(p.name)) is not None)
 
     def open(self, state: dict | None) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             existing = self._existing()
             if state:
-                match = _NAME.fullmatch(str(state.get("file", "")))
-                if match is None or not str(state.get("offset", "")).isdigit():
+                committed = jsonl_committed(state)
+                if committed is None:
                     raise SinkError(f"checkpoint's sink state {state!r} is not a JSON-lines sink's "
                                     "(was the sink kind changed? move the checkpoint away to start over)")
-                self._index = int(match.group(1))
-                offset = int(state["offset"])
+                self._index, offset = committed
                 path = self._path(self._index)
                 size = path.stat().st_size if path.exists() else 0
                 if size < offset:

@@ -21,9 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from binlogd.daemon.checkpoint import Checkpoint, CheckpointStore
+from binlogd.daemon.checkpoint import CheckpointStore
 from binlogd.daemon.consumer import Consumer
 from binlogd.protocol import events as E
+from binlogd.protocol.checkpoint import Checkpoint
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import Position

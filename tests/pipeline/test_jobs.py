@@ -113,7 +113,7 @@ def test_changes_job_from_daemon_jsonl(spark, corpus, tmp_path):
         fh.write(b'{"op": "ins')                                           # and a half-written line
     sink.close()
     checkpoint = tmp_path / "checkpoint.json"
-    checkpoint.write_text(json.dumps({"version": 1, "position": {}, "sink": state}))
+    checkpoint.write_text(json.dumps({"version": 1, "position": {"file": "mysql-bin.000001", "pos": 4}, "sink": state}))
     assert len(list(sink_dir.glob("changes-*.jsonl"))) > 2
 
     from_jsonl, from_binlog = tmp_path / "from-jsonl", tmp_path / "from-binlog"

@@ -11,9 +11,10 @@ import logging
 import time
 from pathlib import Path
 
-from binlogd.daemon.checkpoint import Checkpoint, CheckpointStore
+from binlogd.daemon.checkpoint import CheckpointStore
 from binlogd.daemon.config import load_config
 from binlogd.daemon.service import Daemon
+from binlogd.protocol.checkpoint import Checkpoint
 from binlogd.protocol.gtid import MysqlGtidSet
 
 from tests.support.fakeprimary import FakePrimary

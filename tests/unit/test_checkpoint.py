@@ -12,7 +12,8 @@ import time
 
 import pytest
 from binlogd.daemon import checkpoint as checkpoint_mod
-from binlogd.daemon.checkpoint import FORMAT_VERSION, Checkpoint, CheckpointError, CheckpointStore
+from binlogd.daemon.checkpoint import CheckpointError, CheckpointStore
+from binlogd.protocol.checkpoint import FORMAT_VERSION, Checkpoint, jsonl_committed, jsonl_index, jsonl_name
 from binlogd.protocol.position import Position
 
 from tests.support.paths import REPO
@@ -238,3 +239,39 @@ def test_unwritable_target_is_an_error_and_keeps_nothing_half_done(tmp_path, mon
         with pytest.raises(CheckpointError, match="Permission denied"):
             store.save(sample(200))
     assert store.load().position.pos == 100
+
+
+# --------------------------------------------------------------------------- the pure reader (protocol.checkpoint)
+
+
+def test_parse_reads_what_the_store_writes_and_to_bytes_is_the_file(store):
+    store.save(sample(321))
+    raw = store.path.read_bytes()
+    cp = Checkpoint.parse(raw)
+    assert cp.position.pos == 321 and cp.to_bytes() == raw
+
+
+@pytest.mark.parametrize("raw", [b"", b"[]", b'{"version": 1}', b'{"version": 2, "position": {}}',
+                                 b'{"version": 1, "position": {"file": "b.1"}}',
+                                 b'{"version": 1, "position": {"file": "b.1", "pos": "x"}}'])
+def test_parse_rejects_what_is_not_a_checkpoint_with_a_value_error(raw):
+    with pytest.raises(ValueError):
+        Checkpoint.parse(raw)
+
+
+def test_jsonl_names_and_committed_state():
+    assert jsonl_name(7) == "changes-000007.jsonl" and jsonl_index("changes-000007.jsonl") == 7
+    assert jsonl_index("changes-7.jsonl") is None and jsonl_index("xchanges-000007.jsonl") is None
+    assert jsonl_committed({"file": "changes-000002.jsonl", "offset": 16}) == (2, 16)
+    for sink in ({}, {"file": "mysql-bin.000001", "size": 4}, {"file": "changes-000002.jsonl", "offset": "16"},
+                 {"file": "changes-000002.jsonl", "offset": -1}, {"file": "changes-000002.jsonl", "offset": True}):
+        assert jsonl_committed(sink) is None, sink
+
+
+def test_the_pipeline_reads_the_committed_offset_from_the_daemons_checkpoint(store):
+    from binlogd.pipeline.decode import committed_jsonl
+
+    store.save(Checkpoint(Position("b.000001", 4), {"file": "changes-000003.jsonl", "offset": 99}, {}))
+    assert committed_jsonl(str(store.path)) == (3, 99)
+    store.save(Checkpoint(Position("b.000001", 4), {"file": "b.000001", "size": 120}, {}))
+    assert committed_jsonl(str(store.path)) is None

@@ -1,4 +1,5 @@
-"""protocol/ is sans-I/O: it never imports transports, event loops, loggers or the layers above it.
+"""protocol/ is sans-I/O: it never imports transports, event loops, loggers or the layers above it;
+and every layer above imports only the layers below it.
 
 DESIGN.md: "`protocol/` never imports asyncio, socket, pymysql, aiomysql, logging handlers or
 anything from `daemon/`". Two checks:
@@ -9,7 +10,12 @@ anything from `daemon/`". Two checks:
 * dynamically, importing every module of the package in a fresh interpreter must not drag any
   forbidden module into ``sys.modules`` (catches imports hidden behind third-party packages).
 
-The checker itself is tested on synthetic sources, so a broken checker cannot pass silently.
+The layers above (ARCHITECTURE.md): protocol <- binlogd.schema <- daemon, pipeline <- the CLI layer.
+binlogd.schema imports only protocol (and no network module); daemon and pipeline import protocol and
+binlogd.schema, never each other or the CLI layer (binlogd.cli, filetools, …); the same two checks,
+static and dynamic, hold for each.
+
+The checkers themselves are tested on synthetic sources, so a broken checker cannot pass silently.
 """
 
 from __future__ import annotations
@@ -160,3 +166,90 @@ def test_importing_protocol_loads_no_io_modules():
     loaded = sorted(m for m in result["after"]
                     if m != "binlogd" and _layer_name(m).split(".")[0] in FORBIDDEN_LOADED)
     assert not loaded, f"importing protocol loaded {loaded}"
+
+
+# ------------------------------------------------------------------------ the layers above protocol
+#
+# protocol <- binlogd.schema <- {daemon, pipeline} <- the CLI layer (binlogd.cli, filetools, demo, sqlout…).
+# Each layer may import these binlogd packages (its own included); only the CLI layer imports everything.
+LAYERS = {
+    "binlogd.schema": frozenset({"binlogd.protocol", "binlogd.schema"}),
+    "binlogd.daemon": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.daemon"}),
+    "binlogd.pipeline": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.pipeline"}),
+}
+LAYER_FOLDERS = {"binlogd.schema": REPO / "binlogd" / "schema", "binlogd.daemon": REPO / "daemon",
+                 "binlogd.pipeline": REPO / "pipeline"}
+# The schema layer does no network I/O either (DESIGN.md: it only parses and stores definitions).
+NO_NETWORK = frozenset({"asyncio", "socket", "selectors", "ssl", "pymysql", "aiomysql"})
+_FOLDER_NAMES = frozenset({"protocol", "daemon", "pipeline"})  # bare folder names are never ours to import
+
+
+def layer_violations(source: str, importer: str, layer: str, is_package: bool = False) -> list[str]:
+    """Imports of ``source`` (module ``importer`` of ``layer``) that reach a layer it may not import."""
+    allowed, found = LAYERS[layer], []
+    for line, name in imported_names(source, importer, is_package):
+        parts = name.split(".")
+        if name.startswith("<beyond") or parts[0] in _FOLDER_NAMES:
+            found.append(f"line {line}: {name}")
+        elif parts[0] == "binlogd" and len(parts) > 1 and ".".join(parts[:2]) not in allowed:
+            found.append(f"line {line}: {name}")
+        elif layer == "binlogd.schema" and parts[0] in NO_NETWORK:
+            found.append(f"line {line}: {name}")
+    return found
+
+
+def _layer_files() -> list[tuple[str, Path]]:
+    return [(layer, p) for layer, folder in LAYER_FOLDERS.items() for p in sorted(folder.rglob("*.py"))]
+
+
+@pytest.mark.parametrize("source, importer, layer, expected", [
+    ("from binlogd.protocol.decoder import Decoder\nfrom binlogd.schema import read_history",
+     "binlogd.daemon.x", "binlogd.daemon", []),
+    ("from .checkpoint import Checkpoint\nfrom . import sinks", "binlogd.daemon.x", "binlogd.daemon", []),
+    ("from binlogd.pipeline import decode", "binlogd.daemon.x", "binlogd.daemon",
+     ["line 1: binlogd.pipeline", "line 1: binlogd.pipeline.decode"]),
+    ("def f():\n    from binlogd.filetools import info\n", "binlogd.pipeline.x", "binlogd.pipeline",
+     ["line 2: binlogd.filetools", "line 2: binlogd.filetools.info"]),
+    ("from ..daemon import position", "binlogd.pipeline.x", "binlogd.pipeline",
+     ["line 1: binlogd.daemon", "line 1: binlogd.daemon.position"]),
+    ("from .. import cli", "binlogd.daemon.x", "binlogd.daemon", ["line 1: binlogd.cli"]),
+    ("import daemon.position", "binlogd.pipeline.x", "binlogd.pipeline", ["line 1: daemon.position"]),
+    ("from binlogd.daemon.config import load_config", "binlogd.schema.x", "binlogd.schema",
+     ["line 1: binlogd.daemon.config", "line 1: binlogd.daemon.config.load_config"]),
+    ("import asyncio\nimport sqlglot", "binlogd.schema.x", "binlogd.schema", ["line 1: asyncio"]),
+    ("import asyncio", "binlogd.daemon.x", "binlogd.daemon", []),
+])
+def test_layer_checker_finds_imports_of_other_layers(source, importer, layer, expected):
+    assert layer_violations(textwrap.dedent(source), importer, layer) == expected
+
+
+def test_every_layer_has_modules():
+    found = {layer for layer, _ in _layer_files()}
+    assert found == set(LAYERS), f"no modules found for {set(LAYERS) - found}"
+
+
+@pytest.mark.parametrize("layer, path", _layer_files(), ids=lambda v: v if isinstance(v, str) else
+                         str(v.relative_to(REPO)))
+def test_layer_imports_only_the_layers_below_it(layer: str, path: Path):
+    source = path.read_text(encoding="utf-8")
+    found = layer_violations(source, _module_name(path), layer, path.name == "__init__.py")
+    assert not found, f"{path.relative_to(REPO)} ({layer}) imports what its layer may not: {found}"
+
+
+_LAYER_PROBE = r"""
+import importlib, json, pkgutil, sys
+sys.path.insert(0, sys.argv[2])
+package = importlib.import_module(sys.argv[1])
+for info in pkgutil.walk_packages(package.__path__, sys.argv[1] + "."):
+    importlib.import_module(info.name)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("binlogd."))))
+"""
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_importing_a_layer_loads_no_layer_above_it(layer: str):
+    proc = subprocess.run([sys.executable, "-c", _LAYER_PROBE, layer, str(REPO)], capture_output=True, text=True,
+                          cwd=str(REPO), timeout=120)
+    assert proc.returncode == 0, f"importing {layer} failed:\n{proc.stderr}"
+    loaded = {".".join(m.split(".")[:2]) for m in json.loads(proc.stdout.strip().splitlines()[-1])}
+    assert layer in loaded and not loaded - LAYERS[layer], f"importing {layer} loaded {sorted(loaded - LAYERS[layer])}"
