@@ -17,7 +17,7 @@ from binlogd.protocol.tablemap import Column, TableSchema
 # Bytes per character of each character set (the server's mbmaxlen); 1 when not listed.
 _MBMAXLEN = {"utf8mb3": 3, "utf8mb4": 4, "ucs2": 2, "utf16": 4, "utf16le": 4, "utf32": 4, "big5": 2, "sjis": 2,
              "cp932": 2, "gbk": 2, "gb2312": 2, "euckr": 2, "ujis": 3, "eucjpms": 3, "gb18030": 4}
-_CHARSET_ALIASES = {"utf8": "utf8mb3", "ascii": "ascii"}
+_CHARSET_ALIASES = {"utf8": "utf8mb3"}
 # One collation id per character set (the lowest), enough to pick the codec that decodes its text.
 _COLLATION_OF = {}
 for _cid, _cs in sorted(COLLATIONS.items(), reverse=True):
