@@ -1,4 +1,4 @@
-"""The daemon's HTTP endpoints: /metrics, /healthz and /readyz (DESIGN.md, "Metrics").
+"""The daemon's HTTP endpoints: /metrics, /healthz and /readyz (ARCHITECTURE.md, "Metrics").
 
 The port is open to whoever can reach it (in Kubernetes, every pod), so no client may stall the
 daemon or take its file descriptors:

@@ -1,7 +1,7 @@
 """``before``/``after`` in a caller-given Spark type instead of JSON text.
 
 By default a row image is JSON text (:func:`protocol.serialize.dumps`), the
-values in DESIGN.md's JSON forms. When the caller's schema gives ``before`` or
+values in README.md's JSON forms ("Values"). When the caller's schema gives ``before`` or
 ``after`` another type, each column value (already in its JSON form) maps as:
 
 =====================  =======================================================================

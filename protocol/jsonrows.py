@@ -11,7 +11,7 @@ UTF-8, ...) are written from that value. PARTIAL_UPDATE_ROWS events, rows events
 and ``BINLOGD_PURE_PYTHON=1`` take the reference path. The two give the same bytes, down to the
 last one (``tests/unit/test_jsonrows.py``).
 
-:func:`change_lines` (the JSON-lines contract of DESIGN.md) and :func:`event_json` (``binlogd
+:func:`change_lines` (the change-event contract of ARCHITECTURE.md) and :func:`event_json` (``binlogd
 dump --json``) are built on :func:`rows_json`.
 """
 

@@ -1,4 +1,4 @@
-"""Events and row values as JSON-ready objects, in the forms DESIGN.md fixes.
+"""Events and row values as JSON-ready objects, in the forms README.md fixes ("Values").
 
 ``binlogd dump --json``, the JSON-lines sink and the Spark source all go
 through :func:`event_to_dict` and :func:`dumps`, so they agree byte for byte.
@@ -104,7 +104,7 @@ def flatten(event: E.Event):
 
 
 def change_events(event: E.RowsEvent, file: str | None, gtid: str | None):
-    """The change events (DESIGN.md's JSON-lines contract) of one rows event, one per row.
+    """The change events (ARCHITECTURE.md's change-event contract) of one rows event, one per row.
 
     Yields dicts with op, schema, table, before, after, ts and source
     (server_id, file, pos, gtid, row); ``source.pos`` is the rows event's position.

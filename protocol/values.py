@@ -1,4 +1,4 @@
-"""Column value decoders for row images, producing the JSON forms of DESIGN.md.
+"""Column value decoders for row images, producing the JSON forms of README.md ("Values").
 
 Each decoder takes ``(view, pos)`` (plus type metadata) and returns the value;
 the compiled row decoders in :mod:`protocol.rowcodec` know each value's width.

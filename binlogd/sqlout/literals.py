@@ -1,6 +1,6 @@
 """SQL literals for decoded row values, one renderer per column.
 
-The decoder gives every value in its JSON form (DESIGN.md "Values"); a renderer turns that form back
+The decoder gives every value in its JSON form (README.md "Values"); a renderer turns that form back
 into a literal the server stores as the same value. Each renderer takes the value (None for NULL) and
 returns SQL text:
 

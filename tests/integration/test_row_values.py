@@ -8,7 +8,7 @@ inserted (some in non-UTC session time zones), updated (full row images: NULL→
 multi-row) and deleted, between two ``FLUSH BINARY LOGS`` so the file in between holds only them.
 
 The decoded rows (``binlogd.filetools.dump_events``) are compared with
-1. the server's own ``SELECT`` of the rows, converted to the JSON forms of DESIGN.md ("Values") by
+1. the server's own ``SELECT`` of the rows, converted to the JSON forms of README.md ("Values") by
    :func:`_json_form`, a deliberately plain converter (Decimal → exact string, date/time → text with
    the column's fsp digits, TIMESTAMP via ``UNIX_TIMESTAMP()`` → UTC text, bytes → base64, …):
    an insert must equal the row as selected after the inserts, an update's before/after the rows
@@ -260,7 +260,7 @@ def _set_mask(col: Col, ours, minimal: bool) -> int | None:
 def _printed_matches(col: Col, pv: binlog_oracle.PrintedValue, ours, minimal: bool) -> bool:
     """Does mysqlbinlog's printed value say the same as our decoded JSON form?
 
-    Normalisations (mariadb-binlog 10.11 -vv formatting vs DESIGN.md's JSON forms):
+    Normalisations (mariadb-binlog 10.11 -vv formatting vs README.md's JSON forms):
     - NULL: ``NULL`` with ``is_null=1`` ↔ None (the flag decides: a string 'NULL' prints quoted).
     - integers: a negative stored value prints as ``-1 (4294967295)``, the unsigned reading in the
       parentheses, whatever the column's signedness: unsigned columns take the parenthesised number.

@@ -7,7 +7,7 @@
 - :func:`replay`: apply insert/update/delete by primary key, checking each change against the
   state it applies to (an insert of a present key, or an update/delete whose ``before`` differs
   from the current row, is a duplicate or a lost change and raises :class:`ReplayError`).
-- :func:`table_rows`: the server's ``SELECT`` of a table in DESIGN.md's JSON forms ("Values"),
+- :func:`table_rows`: the server's ``SELECT`` of a table in README.md's JSON forms ("Values"),
   keyed like :func:`replay`'s output.
 - :func:`wait_caught_up`: until the checkpoint covers the primary's ``SHOW MASTER STATUS``.
 
@@ -314,7 +314,7 @@ SOURCE_KEYS = {"server_id", "file", "pos", "gtid", "row"}
 
 
 def check_change_shape(change: dict) -> None:
-    """DESIGN.md's change-event shape; AssertionError naming what is wrong."""
+    """ARCHITECTURE.md's change-event shape; AssertionError naming what is wrong."""
     assert set(change) == CHANGE_KEYS, f"change keys {sorted(change)} != {sorted(CHANGE_KEYS)}: {change}"
     assert change["op"] in ("insert", "update", "delete"), change
     assert isinstance(change["schema"], str) and isinstance(change["table"], str), change
@@ -397,7 +397,7 @@ def _time_text(value: dt.timedelta, fsp: int) -> str:
 
 
 def json_form(data_type: str, column_type: str, precision: int | None, value):
-    """A PyMySQL value (session time_zone '+00:00') in DESIGN.md's JSON form, by information_schema type."""
+    """A PyMySQL value (session time_zone '+00:00') in README.md's JSON form ("Values"), by information_schema type."""
     if value is None:
         return None
     t = data_type.lower()

@@ -226,7 +226,7 @@ def _select_expr(col: Col, minimal: bool) -> str:
 
 
 def _json_form(col: Col, value, minimal: bool):
-    """A PyMySQL value of ``_select_expr(col)`` in the DESIGN.md JSON form."""
+    """A PyMySQL value of ``_select_expr(col)`` in the README.md JSON form ("Values")."""
     if value is None:
         return None
     k = col.kind

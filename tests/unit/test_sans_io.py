@@ -1,8 +1,8 @@
 """protocol/ is sans-I/O: it never imports transports, event loops, loggers or the layers above it;
 and every layer above imports only the layers below it.
 
-DESIGN.md: "`protocol/` never imports asyncio, socket, pymysql, aiomysql, logging handlers or
-anything from `daemon/`". Two checks:
+ARCHITECTURE.md: "protocol imports no asyncio, socket, ssl, pymysql, aiomysql or logging handler",
+nor anything above it. Two checks:
 
 * statically, every ``import``/``from … import`` in every module of protocol/ (including imports
   inside functions and relative imports such as ``from ..daemon import x``), plus
@@ -179,7 +179,7 @@ LAYERS = {
 }
 LAYER_FOLDERS = {"binlogd.schema": REPO / "binlogd" / "schema", "binlogd.daemon": REPO / "daemon",
                  "binlogd.pipeline": REPO / "pipeline"}
-# The schema layer does no network I/O either (DESIGN.md: it only parses and stores definitions).
+# The schema layer does no network I/O either (ARCHITECTURE.md: it only parses and stores definitions).
 NO_NETWORK = frozenset({"asyncio", "socket", "selectors", "ssl", "pymysql", "aiomysql"})
 _FOLDER_NAMES = frozenset({"protocol", "daemon", "pipeline"})  # bare folder names are never ours to import
 
