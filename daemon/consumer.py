@@ -19,7 +19,6 @@ from binlogd.protocol.constants import HEARTBEATS, LOG_EVENT_IGNORABLE_F, event_
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import UnknownEventError
 from binlogd.protocol.position import PositionTracker
-from binlogd.protocol.serialize import change_events
 
 from .checkpoint import ResumeState
 from .committer import Committer
@@ -199,8 +198,5 @@ class Consumer:
             return
         if event.columns and event.columns[0].startswith("@"):
             self.metrics.unnamed_columns()
-        n = 0
-        for change in change_events(event, self.tracker.file, self.tracker.gtid):
-            self.sink.change(change)
-            n += 1
+        n = self.sink.rows(event, self.tracker.file, self.tracker.gtid)
         self.metrics.rows(event.schema, event.table, event.kind, n)

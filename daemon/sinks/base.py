@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from binlogd.protocol.errors import BinlogError
-from binlogd.protocol.events import Event
+from binlogd.protocol.events import Event, RowsEvent
+from binlogd.protocol.serialize import change_events
 
 
 class SinkError(BinlogError):
@@ -55,6 +56,19 @@ class Sink:
 
     def change(self, change: dict) -> None:
         """One row change (ARCHITECTURE.md's change-event shape) of the current transaction."""
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
+        """The row changes of one rows event of the current transaction (``file`` and ``gtid``: where it
+        is in the primary's log); returns how many. The default gives each one to :meth:`change`;
+        sinks that write JSON lines take them as bytes (:func:`protocol.jsonrows.change_lines`).
+
+        Raises:
+            EventDecodeError: malformed rows (nothing of the event was written).
+        """
+        changes = list(change_events(event, file, gtid))
+        for change in changes:
+            self.change(change)
+        return len(changes)
 
     def flush(self) -> dict:
         """Hand everything received so far on to storage (``write(2)``, a producer's send) and return

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from binlogd.protocol.checkpoint import jsonl_committed, jsonl_index, jsonl_name
+from binlogd.protocol.events import RowsEvent
+from binlogd.protocol.jsonrows import change_lines
 from binlogd.protocol.serialize import dumps
 
 from ..checkpoint import fsync_dir
@@ -81,6 +83,14 @@ class JsonLinesSink(Sink):
             self._fh.write(dumps(change) + b"\n")
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
+        lines = change_lines(event, file, gtid)
+        try:
+            self._fh.write(lines)
+        except OSError as exc:
+            raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
+        return lines.count(b"\n")
 
     def flush(self) -> dict:
         try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from binlogd.protocol.events import RowsEvent
+from binlogd.protocol.jsonrows import change_lines
 from binlogd.protocol.serialize import dumps
 
 from .base import Sink, SinkError
@@ -20,6 +22,11 @@ class StdoutSink(Sink):
 
     def change(self, change: dict) -> None:
         self._out.write(dumps(change) + b"\n")
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
+        lines = change_lines(event, file, gtid)
+        self._out.write(lines)
+        return lines.count(b"\n")
 
     def flush(self) -> dict:
         try:
