@@ -85,7 +85,7 @@ class Daemon:
         self.metrics_server: MetricsServer | None = None
         self._main: asyncio.Task | None = None
         self._watchdog: asyncio.Task | None = None
-        self._opened = 0            # sessions that got a connection
+        self._start: ResumeState | None = None  # where the first session starts, resolved once
         self._started = False       # the first commit (at the start position) is durable
         self._progress = time.monotonic()  # last pass of the reconnect loop (systemd watchdog)
 
@@ -199,9 +199,13 @@ class Daemon:
             self.log.info("%s: finishing the current transaction, then stopping", signal.Signals(signum).name)
             self.stop()
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        def on_hangup() -> None:
+            self.log.info("SIGHUP: ignored (binlogd reloads nothing; restart it to apply a new configuration)")
+
+        for sig, handler, args in ((signal.SIGTERM, on_signal, (signal.SIGTERM,)),
+                                   (signal.SIGINT, on_signal, (signal.SIGINT,)), (signal.SIGHUP, on_hangup, ())):
             try:
-                loop.add_signal_handler(sig, on_signal, sig)
+                loop.add_signal_handler(sig, handler, *args)
             except (NotImplementedError, RuntimeError):
                 pass  # not the main thread (tests): stop() is the way
 
@@ -262,25 +266,27 @@ class Daemon:
         """One connection: from the last durable commit (the start, the first time) until it fails or stops."""
         async with Session(self.cfg, self.metrics) as session:
             info = await session.open()
-            if self._opened:
+            if self._started:
                 # Back to the last durable commit: discard what the last session wrote after it.
                 await self.committer.drain()
                 self.sink.close()
-                durable = self.committer.durable
-                self.sink.open(durable.sink if durable else None)
-            self._opened += 1
-            resume = self.committer.durable if self._started else await session.start_state(self.committer.durable)
+                self.sink.open(self.committer.durable.sink)
+            elif self._start is None:  # kept while the first commit fails: "current" must not move on
+                self._start = await session.start_state(self.committer.durable)
+            resume = self.committer.durable if self._started else self._start
             if self.schema is not None:  # the history as it stood at the resume position (seeded the first time)
                 await self.schema.open(resume.position.file, resume.position.pos)
             decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0,
                               schema_source=self.schema.lookup if self.schema else None, rows=self.sink.wants_rows)
             consumer = self.consumer = Consumer(self.cfg, resume, decoder, self.sink, self.committer, self.metrics,
                                                 self.log, self.schema, self.stopping)
+            position = resume.position
+            # A source.start of the config (no checkpoint yet) is saved only once the primary serves it.
+            await session.dump(resume, check=self.committer.durable is None
+                               and self.cfg.source.start_spec.kind in ("file", "gtid"))
             if not self._started:
                 await consumer.commit()  # a durable sink state and checkpoint from the very start
                 self._started = True
-            position = resume.position
-            await session.dump(resume)
             self.sessions += 1
             self.log.info("streaming from %s %s at %s:%d, %s", info.flavor, info.version_text,
                           position.file, position.pos,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 
+from binlogd.protocol.constants import HEARTBEATS
 from binlogd.protocol.decoder import Decoder
-from binlogd.protocol.position import Position
+from binlogd.protocol.position import Position, is_before
 
 from .checkpoint import ResumeState
 from .metrics import Metrics
-from .source import ServerInfo, SourceConnection
+from .source import ServerInfo, SourceConnection, SourceError
 
 BATCH = 1024  # events per reader -> consumer hand-off at most
 
@@ -68,13 +69,32 @@ class Session:
             by_gtid = bool(start.gtid_list) if info.flavor == "mariadb" else info.gtid_mode
             return ResumeState(start, by_gtid, None, facts)
         if spec.kind == "file":
-            return ResumeState(Position(spec.file, spec.pos), False, None, facts)
+            start = Position(spec.file, spec.pos)
+            await self._check_file(start)
+            return ResumeState(start, False, None, facts)
         if spec.kind == "gtid":
             text = str(spec.gtid)
             start = Position("", 4, gtid_list=text) if info.flavor == "mariadb" else Position("", 4, gtid_set=text)
             return ResumeState(start, True, None, facts)
         start = Position(await self._file_for_datetime(spec.timestamp), 4)
         return ResumeState(start, False, None, facts, spec.timestamp)
+
+    async def _check_file(self, start: Position) -> None:
+        """A ``file:`` start names a file the primary lists.
+
+        Raises:
+            SourceError("binlog_missing", fatal): it does not; "probably purged" only when the name is older
+                than the oldest file it has, else the files it has are named.
+        """
+        files = await self.conn.binlog_files()
+        if start.file in files or not files:
+            return
+        if is_before(start.file, 4, files[0], 4):
+            raise SourceError("binlog_missing", f"source.start: {start.file} is older than the oldest binlog file "
+                              f"on the primary ({files[0]}): it was probably purged: see README 'After ERR 1236'",
+                              fatal=True)
+        raise SourceError("binlog_missing", f"source.start: the primary has no binlog file {start.file} (it has "
+                          f"{files[0]} to {files[-1]})", fatal=True)
 
     async def _file_for_datetime(self, when: float) -> str:
         """The newest binlog file that began at or before ``when``: each file's first event is read
@@ -96,27 +116,46 @@ class Session:
                 return name
         return files[0]
 
-    async def dump(self, resume: ResumeState) -> None:
+    async def dump(self, resume: ResumeState, check: bool = False) -> None:
         """Ask for the stream from ``resume`` and start the reader task.
 
+        Args:
+            check: first wait until the primary shows it can serve that position: an event that is in
+                its file (a position inside an event gets ERR 1236 after the stream's header), or a
+                heartbeat (the end of the log). For a ``source.start`` not yet saved in a checkpoint.
         Raises:
-            SourceError: the primary refused (ERR 1236: the position or GTIDs are gone, …).
+            SourceError: the primary refused (ERR 1236: the position or GTIDs are gone, …), or
+                (``check``) sent nothing for 2 × heartbeat.
         """
         source = self.cfg.source
         await self.conn.start_dump(source.server_id, resume.position, resume.by_gtid, source.heartbeat_seconds)
+        self.conn.idle_timeout = 2 * source.heartbeat_seconds  # no byte for that long: the link is dead
         # daemon.queue_events bounds the events in the queue: batches of at most BATCH events.
         batch = min(BATCH, self.cfg.daemon.queue_events)
+        first = await self._accepted(batch) if check else []
         self._queue = asyncio.Queue(max(1, self.cfg.daemon.queue_events // batch))
-        self._reader = asyncio.create_task(self._read(batch))
+        self._reader = asyncio.create_task(self._read(batch, first))
 
-    async def _read(self, batch: int) -> None:
-        """The reader task: events into the queue in batches of at most ``batch``; no byte for
-        2 × heartbeat is an error (raised by the connection)."""
+    async def _accepted(self, batch: int) -> list[list]:
+        """The batches read until one holds an event that is in the file, or a heartbeat."""
+        batches, decoder = [], Decoder()
+        while True:
+            events = await self.conn.read_events(batch)
+            batches.append(events)
+            for raw in events:
+                header = decoder.decode_header(raw)
+                if not header.artificial or header.type_code in HEARTBEATS:
+                    return batches
+
+    async def _read(self, batch: int, first: list[list]) -> None:
+        """The reader task: the batches ``first`` (read by :meth:`_accepted`), then events as they come,
+        into the queue in batches of at most ``batch``; no byte for 2 × heartbeat is an error (raised by
+        the connection)."""
         conn, queue = self.conn, self._queue
-        conn.idle_timeout = 2 * self.cfg.source.heartbeat_seconds
+        pending = iter(first)
         try:
             while True:
-                events = await conn.read_events(batch)
+                events = next(pending, None) or await conn.read_events(batch)
                 await queue.put(events)
                 self.queued += len(events)
                 self.metrics.queue_depth(self.queued)

@@ -74,6 +74,17 @@ class Position:
                    str(data.get("gtid_list", "")))
 
 
+def is_before(file: str, pos: int, than_file: str, than_pos: int) -> bool:
+    """True when ``file:pos`` is before ``than_file:than_pos``: in the same file, or in an older one of the same
+    base name (binlog numbers compared). Names that cannot be compared ("" before the first ROTATE,
+    another base name) are not before."""
+    if file == than_file:
+        return pos < than_pos
+    stem, _, number = file.rpartition(".")
+    than_stem, _, than_number = than_file.rpartition(".")
+    return stem == than_stem and number.isdigit() and than_number.isdigit() and int(number) < int(than_number)
+
+
 def _statement(query: str) -> str:
     return query.lstrip(" \t\r\n(/*").upper()
 
@@ -111,7 +122,13 @@ class PositionTracker:
         return self._committed
 
     def _commit_at(self, ended: bool) -> None:
-        """Move ``committed`` to the live position (with new GTID sets if a transaction ``ended``)."""
+        """Move ``committed`` to the live position (with new GTID sets if a transaction ``ended``).
+
+        Without a transaction ending, never backwards: a resume by GTID starts at a file's beginning (the
+        primary's ROTATE names ``<file>:4``, or an older file's) and re-reads header events that lie
+        before the position it resumed from."""
+        if not ended and is_before(self.file, self.pos, *self._committed_at):
+            return
         self._committed_at = (self.file, self.pos)
         if ended or self._committed is None:
             self._committed = None
