@@ -304,3 +304,34 @@ def _corpus_samples() -> list[RowImages]:
             except BinlogError:
                 continue
     return _SAMPLES
+
+
+def test_sinks_write_the_reference_lines(tmp_path) -> None:
+    """The JSON-lines and stdout sinks' rows() write what change() wrote for each change dict, and count them."""
+    import io
+
+    from binlogd.daemon.sinks.jsonl import JsonLinesSink
+    from binlogd.daemon.sinks.stdout import StdoutSink
+
+    samples = [s for s in _corpus_samples() if s.kind == "update"][:5]
+    samples += [s for s in _corpus_samples() if s.kind != "update"][:10]
+    if not samples:
+        pytest.skip("no corpus rows")
+    events = [E.RowsEvent(s.header, s.kind, 1, 0, "s", "t", s.codec.labels, s) for s in samples]
+    by_rows, by_change = JsonLinesSink(tmp_path / "a"), JsonLinesSink(tmp_path / "b")
+    out_rows, out_change = io.BytesIO(), io.BytesIO()
+    for sink in (by_rows, by_change):
+        sink.open(None)
+    counts = []
+    for ev in events:
+        counts.append(by_rows.rows(ev, "f.000001", "0-1-2"))
+        counts.append(StdoutSink(out_rows).rows(ev, "f.000001", "0-1-2"))
+        for change in change_events(ev, "f.000001", "0-1-2"):
+            by_change.change(change)
+            StdoutSink(out_change).change(change)
+    by_rows.flush(), by_change.flush()
+    by_rows.close(), by_change.close()
+    written = (tmp_path / "a" / "changes-000001.jsonl").read_bytes()
+    assert written == (tmp_path / "b" / "changes-000001.jsonl").read_bytes() == out_rows.getvalue()
+    assert out_rows.getvalue() == out_change.getvalue()
+    assert sum(counts) == 2 * written.count(b"\n") and written.count(b"\n") >= len(events)
