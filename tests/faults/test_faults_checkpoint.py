@@ -170,6 +170,8 @@ def test_first_save_fails_then_heals(tmp_path, server_binaries, kind):
                 assert read_checkpoint(cp_path) is None
                 heal()
                 wait_until(lambda: read_checkpoint(cp_path), 30, what="the first checkpoint")
+                files = sorted(p.name for p in (tmp_path / "sink").iterdir())
+                assert files == ["changes-000001.jsonl"], f"the retries left sink files behind: {files}"
                 _healthy_end(srv, daemon, writer, cp_path, tmp_path / "sink", f"first save: {kind}")
             finally:
                 writer.halt()
