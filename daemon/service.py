@@ -7,13 +7,15 @@ queues the events, and the :mod:`~binlogd.daemon.consumer` decodes them, writes 
 commits through the :mod:`~binlogd.daemon.committer` (sink durable first, then the checkpoint).
 After any error it reconnects from the last durable commit, with capped exponential backoff and
 jitter, and reopens the sink at its committed state, so a transaction that was partly written is
-written again exactly once. Fatal errors end it with an exit code (see README, "Exit codes").
+written again exactly once. With several ``source.hosts``, a :class:`~binlogd.daemon.failover.Failover`
+picks each session's server and leaves a source that turned read-only. Fatal errors end it with an exit
+code (see README, "Exit codes").
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import logging
 import random
 import signal
@@ -27,6 +29,7 @@ from . import systemd
 from .checkpoint import CheckpointError, CheckpointStore, ResumeState
 from .committer import Committer
 from .consumer import Consumer
+from .failover import Failover
 from .http import MetricsServer
 from .metrics import Metrics
 from .schema import DaemonSchema, ServerSchema, history_path
@@ -35,9 +38,9 @@ from .sinks import SinkError, make_sink
 from .source import SourceError, admin_connection
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
-EXIT_BINLOG_MISSING, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT = 5, 6, 7, 8
+EXIT_BINLOG_MISSING, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT, EXIT_DIVERGED = 5, 6, 7, 8, 9
 _FATAL_EXIT = {"auth": EXIT_AUTH, "binlog_missing": EXIT_BINLOG_MISSING, "misconfigured": EXIT_MISCONFIGURED,
-               "tls": EXIT_MISCONFIGURED, "unreachable": EXIT_UNREACHABLE}
+               "tls": EXIT_MISCONFIGURED, "unreachable": EXIT_UNREACHABLE, "diverged": EXIT_DIVERGED}
 
 
 class StartError(BinlogError):
@@ -63,6 +66,7 @@ class Daemon:
         sink, store, committer, metrics: the sink, the checkpoint store, the commit pipeline.
         schema: the schema history (:class:`~binlogd.daemon.schema.DaemonSchema`), None with ``schema.source = "none"``.
         consumer: the current session's :class:`Consumer` (None before the first).
+        failover: the :class:`Failover` with several ``source.hosts`` (from :meth:`start`), else None.
         sessions: sessions that reached streaming.
         stopping: set once a stop was asked for.
         metrics_server: the HTTP server (``.port`` is the bound port) once started.
@@ -77,9 +81,11 @@ class Daemon:
         self.committer = Committer(self.sink, self.store, self.metrics, None)
         self.schema = None if config.schema.source == "none" else DaemonSchema(
             history_path(config.schema.history_path, config.checkpoint.path),
-            ServerSchema(functools.partial(admin_connection, config.source)), config.filters.table_selected,
+            ServerSchema(self._admin_connection), config.filters.table_selected,
             self.metrics, self.log)
         self.consumer: Consumer | None = None
+        self.failover: Failover | None = None
+        self._source = config.source  # the server of the current session (the schema lookups ask it)
         self.sessions = 0
         self.stopping = asyncio.Event()
         self.metrics_server: MetricsServer | None = None
@@ -109,7 +115,8 @@ class Daemon:
         background (the daemon's own tasks: sessions and systemd's watchdog).
 
         Raises:
-            StartError: exit 8 (checkpoint or sink state) or 2 (metrics.listen cannot be bound).
+            StartError: exit 8 (checkpoint or sink state) or 2 (metrics.listen cannot be bound, or a file/pos
+                checkpoint with several source.hosts).
         """
         try:
             self.store.acquire()
@@ -119,6 +126,14 @@ class Daemon:
             self.store.release()
             raise StartError(str(exc), EXIT_CHECKPOINT) from exc
         self.committer.durable = ResumeState.from_checkpoint(loaded) if loaded else None
+        if len(self.cfg.source.endpoints) > 1:
+            if loaded is not None and not self.committer.durable.by_gtid:
+                self.sink.close()
+                self.store.release()
+                raise StartError(f"checkpoint {self.store.path} resumes by binlog file and position, and positions "
+                                 "differ between servers: several source.hosts need GTID resume", EXIT_CONFIG)
+            last = loaded.source.get("host") if loaded else None
+            self.failover = Failover(self.cfg.source, self.log, self.metrics, last)
         server = self.metrics_server = MetricsServer(
             self.metrics, self.cfg.metrics.listen,
             ready_max_checkpoint_age=max(60.0, 4 * self.cfg.source.heartbeat_seconds))
@@ -262,9 +277,20 @@ class Daemon:
         t = self.tracker
         return f"{t.committed.file}:{t.committed.pos}" if t else "start"
 
+    def _admin_connection(self):
+        """A connection to the current session's server for the schema lookups (an awaitable)."""
+        return admin_connection(self._source)
+
     async def _session(self) -> None:
-        """One connection: from the last durable commit (the start, the first time) until it fails or stops."""
-        async with Session(self.cfg, self.metrics) as session:
+        """One connection: from the last durable commit (the start, the first time) until it fails or stops;
+        with several source.hosts, to the server :meth:`Failover.pick` chose."""
+        cfg, failover = self.cfg, self.failover
+        if failover is not None:
+            chosen = await failover.pick(failover.delivered(self.committer.durable or self._start))
+            cfg = dataclasses.replace(cfg, source=failover.config(chosen.endpoint))
+        self._source = cfg.source
+        endpoint = f"{cfg.source.host}:{cfg.source.port}"
+        async with Session(cfg, self.metrics) as session:
             info = await session.open()
             if self._started:
                 # Back to the last durable commit: discard what the last session wrote after it.
@@ -274,24 +300,40 @@ class Daemon:
             elif self._start is None:  # kept while the first commit fails: "current" must not move on
                 self._start = await session.start_state(self.committer.durable)
             resume = self.committer.durable if self._started else self._start
+            # The checkpoint names the source. Failover resumes by GTID (a MariaDB without any GTID yet too).
+            resume = dataclasses.replace(resume, by_gtid=resume.by_gtid or failover is not None, source={
+                "host": endpoint, "flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid,
+                "version": info.version_text})
             if self.schema is not None:  # the history as it stood at the resume position (seeded the first time)
                 await self.schema.open(resume.position.file, resume.position.pos)
             decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0,
                               schema_source=self.schema.lookup if self.schema else None, rows=self.sink.wants_rows)
+            ending = asyncio.Event()  # failover: the consumer stops at a boundary (daemon stop or read-only source)
             consumer = self.consumer = Consumer(self.cfg, resume, decoder, self.sink, self.committer, self.metrics,
-                                                self.log, self.schema, self.stopping)
+                                                self.log, self.schema, self.stopping if failover is None else ending)
             position = resume.position
             # A source.start of the config (no checkpoint yet) is saved only once the primary serves it.
-            await session.dump(resume, check=self.committer.durable is None
-                               and self.cfg.source.start_spec.kind in ("file", "gtid"))
+            try:
+                await session.dump(resume, check=self.committer.durable is None
+                                   and self.cfg.source.start_spec.kind in ("file", "gtid"))
+            except SourceError as exc:
+                if failover is None or exc.kind != "binlog_missing":
+                    raise
+                raise failover.refused(endpoint, exc) from None
             if not self._started:
                 await consumer.commit()  # a durable sink state and checkpoint from the very start
                 self._started = True
             self.sessions += 1
+            self.metrics.source(endpoint, info.server_id, info.server_uuid, info.version_text)
             self.log.info("streaming from %s %s at %s:%d, %s", info.flavor, info.version_text,
                           position.file, position.pos,
                           f"GTID {position.gtid_set or position.gtid_list}" if resume.by_gtid else "file/pos")
             self.metrics.set_up(True)
             status = f"STATUS=streaming from {info.flavor} {info.version_text} at {position.file}:{position.pos}"
             systemd.notify(f"READY=1\n{status}" if self.sessions == 1 else status)
-            await consumer.run(session)
+            if failover is None:
+                await consumer.run(session)
+                return
+            if failover.streaming(endpoint, position):
+                await consumer.commit()  # the checkpoint names the new source
+            await failover.run(consumer, session, self.stopping, ending)

@@ -54,30 +54,29 @@ class Session:
 
     async def start_state(self, loaded: ResumeState | None) -> ResumeState:
         """Where the daemon's first session starts: the checkpoint ``loaded`` if there is one, else
-        ``source.start``; with this primary's facts (flavor, server_id, server_uuid).
+        ``source.start`` (the daemon adds the source's facts to it, every session).
 
         Raises:
             SourceError: the primary cannot tell its position or list its files.
         """
         info = self.info
-        facts = {"flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid}
         if loaded is not None:
-            return ResumeState(loaded.position, loaded.by_gtid, loaded.sink, facts, loaded.skip_before)
+            return loaded
         spec = self.cfg.source.start_spec
         if spec.kind == "current":
             start = await self.conn.current_position()
             by_gtid = bool(start.gtid_list) if info.flavor == "mariadb" else info.gtid_mode
-            return ResumeState(start, by_gtid, None, facts)
+            return ResumeState(start, by_gtid)
         if spec.kind == "file":
             start = Position(spec.file, spec.pos)
             await self._check_file(start)
-            return ResumeState(start, False, None, facts)
+            return ResumeState(start)
         if spec.kind == "gtid":
             text = str(spec.gtid)
             start = Position("", 4, gtid_list=text) if info.flavor == "mariadb" else Position("", 4, gtid_set=text)
-            return ResumeState(start, True, None, facts)
+            return ResumeState(start, True)
         start = Position(await self._file_for_datetime(spec.timestamp), 4)
-        return ResumeState(start, False, None, facts, spec.timestamp)
+        return ResumeState(start, skip_before=spec.timestamp)
 
     async def _check_file(self, start: Position) -> None:
         """A ``file:`` start names a file the primary lists.

@@ -9,14 +9,34 @@ probe checks run against a real MySQL 8.4 (``mysql84``) where Docker exists.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from binlogd.daemon.config import load_config
 from binlogd.daemon.failover import DIVERGED, PURGED, REFUSED, UNREACHABLE, USABLE, judge, probe
+from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import Position
 
 from binlogd.localserver import free_port
 from tests.support.fakeprimary import FakePrimary
-from tests.support.fakeprimary_daemon import FTAG, PASSWORD, SERVER_ID, UOTHER, UTAG, binlog, run
+from tests.support.fakeprimary_daemon import (
+    FENUM,
+    FTAG,
+    HB,
+    PASSWORD,
+    SERVER_ID,
+    UENUM,
+    UOTHER,
+    UTAG,
+    Running,
+    binlog,
+    checkpoint,
+    gtid_reaches,
+    heartbeats,
+    metric,
+    run,
+    sink_rows,
+)
 
 pytestmark = pytest.mark.server
 
@@ -98,3 +118,125 @@ def test_real_mysql84_same_rules(mysql84):
     assert run(go(executed)).kind == USABLE
     v = run(go(f"{executed},{UOTHER}:1-3:mytag:1" if executed else f"{UOTHER}:1-3:mytag:1"))
     assert (v.kind, v.missing) == (DIVERGED, f"{UOTHER}:1-3:mytag:1")
+
+
+# --------------------------------------------------------------------------- the daemon across two fake primaries
+def hosts_config(tmp_path, ports, start: str, **extra):
+    overrides = {"source.hosts": ",".join(f"127.0.0.1:{p}" for p in ports), "source.user": "repl",
+                 "source.password": PASSWORD, "source.server_id": str(SERVER_ID), "source.start": start,
+                 "source.heartbeat_seconds": str(HB), "source.connect_timeout": "5",
+                 "checkpoint.path": str(tmp_path / "state" / "checkpoint.json"), "sink.kind": "jsonl",
+                 "sink.path": str(tmp_path / "changes"), "sink.fsync": "false", "metrics.listen": "",
+                 "schema.source": "none", "reconnect.initial_seconds": "0.05", "reconnect.max_seconds": "0.2",
+                 "reconnect.jitter": "0", **extra}
+    return load_config(None, env={}, overrides=overrides)
+
+
+class Logged(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+        logging.getLogger("binlogd").addHandler(self)
+        logging.getLogger("binlogd").setLevel(logging.INFO)
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+    def close(self):
+        logging.getLogger("binlogd").removeHandler(self)
+        super().close()
+
+
+@pytest.fixture
+def logged():
+    handler = Logged()
+    yield handler
+    handler.close()
+
+
+DELIVERED = f"{UTAG}:1-13:mytag:1-3"
+START = f"gtid:{UTAG}:1-13:mytag:1-2"
+
+
+def test_follows_a_second_server_by_gtid_set(tmp_path, logged):
+    async def go():
+        async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
+                FakePrimary(binlog(FTAG), password=PASSWORD, server_id=2, server_uuid=UOTHER) as b:
+            async with Running(hosts_config(tmp_path, [a.port, b.port], START), a) as d:
+                await d.wait(gtid_reaches(tmp_path, DELIVERED), 20, "mytag:3 delivered by a")
+                await a.close()                       # the first server is gone
+                await d.wait(lambda: b.dumps, 20, "a dump from b")
+                await d.wait(lambda: metric(d.daemon, "binlogd_failovers_total") == 1, 20, "the failover counted")
+                await d.wait(heartbeats(b, 2), 20, "b streaming")
+                info = metric(d.daemon, "binlogd_source_info", host=f"127.0.0.1:{b.port}", server_id="2",
+                              server_uuid=UOTHER, version="8.0.31-fake")
+                assert await d.stop() == 0
+            return a, b, info
+    a, b, info = run(go())
+    assert MysqlGtidSet.parse(str(b.dumps[-1].gtid_set)) == MysqlGtidSet.parse(DELIVERED)  # b skips mytag:3
+    assert info == 1
+    rows = [r for r in sink_rows(tmp_path) if r["source"]["gtid"] == f"{UTAG}:mytag:3"]
+    assert [r["op"] for r in rows] == ["insert"]                 # once, from a
+    assert [ln for ln in logged.lines if ln.startswith("failover from")] == [
+        f"failover from 127.0.0.1:{a.port} to 127.0.0.1:{b.port} at GTID {MysqlGtidSet.parse(DELIVERED)}"]
+    facts = checkpoint(tmp_path).source
+    assert (facts["host"], facts["server_uuid"], facts["server_id"]) == (f"127.0.0.1:{b.port}", UOTHER, 2)
+
+
+def test_a_server_of_another_history_ends_it_with_exit_9(tmp_path, logged):
+    async def go():
+        async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
+                FakePrimary(binlog(FENUM), password=PASSWORD, server_id=2, server_uuid=UENUM) as b:
+            cfg = hosts_config(tmp_path, [a.port, b.port], START, **{"source.failover_timeout_seconds": "1"})
+            async with Running(cfg, a) as d:
+                await d.wait(gtid_reaches(tmp_path, DELIVERED), 20, "mytag:3 delivered by a")
+                before = sink_rows(tmp_path)
+                await a.close()
+                return await d.exit_code(30), before, b
+    rc, before, b = run(go())
+    assert rc == 9
+    assert sink_rows(tmp_path) == before and not b.dumps
+    (last,) = [ln for ln in logged.lines if ln.startswith("no usable source")][-1:]
+    assert f"diverged: lacks {MysqlGtidSet.parse(DELIVERED)}" in last and "GTID_SUBSET" in last
+
+
+def test_err_1236_on_one_server_moves_to_the_next(tmp_path, logged):
+    async def go():
+        async with FakePrimary(binlog(FTAG), password=PASSWORD, err_1236=True) as a, \
+                FakePrimary(binlog(FTAG), password=PASSWORD, server_id=2, server_uuid=UOTHER) as b:
+            async with Running(hosts_config(tmp_path, [a.port, b.port], START), b) as d:
+                await d.wait(gtid_reaches(tmp_path, DELIVERED), 20, "mytag:3 delivered by b")
+                assert await d.stop() == 0
+            return a, b
+    a, b = run(go())
+    assert len(a.dumps) == 1 and len(b.dumps) == 1
+    assert any(ln.startswith(f"source 127.0.0.1:{a.port} skipped: purged: refused a dump") for ln in logged.lines)
+
+
+def test_err_1236_on_every_server_exits_5(tmp_path):
+    async def go():
+        async with FakePrimary(binlog(FTAG), password=PASSWORD, err_1236=True) as a, \
+                FakePrimary(binlog(FTAG), password=PASSWORD, err_1236=True, server_uuid=UOTHER) as b:
+            async with Running(hosts_config(tmp_path, [a.port, b.port], START)) as d:
+                return await d.exit_code(30), a, b
+    rc, a, b = run(go())
+    assert rc == 5 and len(a.dumps) == len(b.dumps) == 1
+
+
+def test_prefers_a_writable_server_and_leaves_one_that_turns_read_only(tmp_path, logged):
+    async def go():
+        async with FakePrimary(binlog(FTAG), password=PASSWORD, read_only=True) as a, \
+                FakePrimary(binlog(FTAG), password=PASSWORD, server_id=2, server_uuid=UOTHER) as b:
+            async with Running(hosts_config(tmp_path, [a.port, b.port], START), b) as d:
+                await d.wait(gtid_reaches(tmp_path, DELIVERED), 20, "mytag:3 delivered")
+                assert not a.dumps and len(b.dumps) == 1            # b is writable: taken first
+                a.read_only, b.read_only = False, True            # a planned switchover, b idle
+                await d.wait(lambda: a.dumps, 20, "a dump from a")
+                await d.wait(lambda: metric(d.daemon, "binlogd_failovers_total") == 1, 20, "the failover counted")
+                assert await d.stop() == 0
+            return a, b
+    a, b = run(go())
+    assert any(ln.startswith(f"failover from 127.0.0.1:{b.port} to 127.0.0.1:{a.port} at GTID")
+               for ln in logged.lines)
+    assert MysqlGtidSet.parse(str(a.dumps[-1].gtid_set)) == MysqlGtidSet.parse(DELIVERED)
+    assert [r["op"] for r in sink_rows(tmp_path) if r["source"]["gtid"] == f"{UTAG}:mytag:3"] == ["insert"]
