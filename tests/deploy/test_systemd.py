@@ -79,10 +79,10 @@ def test_state_directory_holds_the_checkpoint_and_sink(unit):
 
 def test_restart_policy_follows_the_exit_codes(unit):
     """Exit codes that a restart cannot fix (README: 2 config, 3 auth, 5 ERR 1236, 6 primary not
-    usable, 7 undecodable, 8 checkpoint locked/unusable) are not restarted; 4 (name does not
-    resolve yet) and 1 are."""
+    usable, 7 undecodable, 8 checkpoint locked/unusable, 9 diverged failover candidates) are not
+    restarted; 4 (name does not resolve yet) and 1 are."""
     prevent = set(unit_value(unit, "Service", "RestartPreventExitStatus").split())
-    assert prevent == {"2", "3", "5", "6", "7", "8"}
+    assert prevent == {"2", "3", "5", "6", "7", "8", "9"}
 
 
 def test_notify_and_watchdog_follow_the_heartbeat(unit):
