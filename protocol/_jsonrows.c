@@ -12,9 +12,10 @@ PyDoc_STRVAR(module_doc,
 "OP_JSON) and text in charsets other than UTF-8 are written from their Python value: None,\n"
 "bool, int and str in C, floats by orjson.dumps, anything else with dumps(value).\n"
 "\n"
-"rows(first, second, data, pre, mid, post, sep, index_end) -> bytes: every row of data, each\n"
+"rows(first, second, data, pre, mid, post, sep, index_end) -> (bytes, rows): every row of data, each\n"
 "written as pre + first image [+ mid + second image, when second is not None] + post, then\n"
-"(when index_end is not None) the row's index from 0 in decimal and index_end; sep between rows.\n"
+"(when index_end is not None) the row's index from 0 in decimal and index_end; sep between rows;\n"
+"rows: how many rows (update pairs) there were.\n"
 "scalar(value) -> bytes writes None, a bool, an int, a float or a str as the rows hold them.\n"
 "Every read is bounded: short or overrunning data raises\n"
 "binlogd.protocol.errors.EventDecodeError; PARTIAL_UPDATE_ROWS is not handled here.");
@@ -554,7 +555,8 @@ rows(PyObject *module, PyObject *args)
         goto done;
     }
     Buf b = {data.buf, data.len, 0};
-    for (uint64_t k = 0; b.pos < b.len; k++) {
+    uint64_t k = 0;  /* rows written */
+    for (; b.pos < b.len; k++) {
         Py_ssize_t start = b.pos;
         if ((k && put(&o, sep.buf, sep.len) < 0) || put(&o, pre.buf, pre.len) < 0 || put_image(first, &b, &o) < 0)
             goto done;
@@ -571,7 +573,7 @@ rows(PyObject *module, PyObject *args)
             goto done;
         }
     }
-    result = PyBytes_FromStringAndSize(o.s, o.len);
+    result = Py_BuildValue("(y#K)", o.s ? o.s : "", o.len, (unsigned long long)k);
 done:
     PyMem_Free(o.s);
     PyBuffer_Release(&data);
@@ -597,7 +599,7 @@ scalar(PyObject *module, PyObject *value)
 
 static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS,
-     PyDoc_STR("rows(first, second, data, pre, mid, post, sep, index_end) -> bytes (see the module doc).")},
+     PyDoc_STR("rows(first, second, data, pre, mid, post, sep, index_end) -> (bytes, rows) (see the module doc).")},
     {"scalar", scalar, METH_O,
      PyDoc_STR("scalar(value) -> bytes: None, a bool, an int (64-bit), a float or a str as JSON, as the rows are.")},
     {NULL, NULL, 0, NULL},

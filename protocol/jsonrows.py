@@ -70,8 +70,8 @@ def _native(images: RowImages) -> tuple | None:
 
 
 def rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: bytes = b"",
-              index_end: bytes | None = None) -> bytes:
-    """Every row of ``event`` as JSON, each framed by the caller's bytes.
+              index_end: bytes | None = None) -> tuple[bytes, int]:
+    """Every row of ``event`` as JSON, each framed by the caller's bytes, and how many rows there were.
 
     Row k (from 0) is ``pre + image + post`` for inserts and deletes and ``pre + before + mid +
     after + post`` for updates, followed by ``b"%d" % k + index_end`` unless ``index_end`` is
@@ -92,7 +92,7 @@ def rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: byte
 
 
 def reference_rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: bytes = b"",
-                        index_end: bytes | None = None) -> bytes:
+                        index_end: bytes | None = None) -> tuple[bytes, int]:
     """:func:`rows_json` from the row dicts (``event.rows``) and :func:`protocol.serialize.dumps`.
 
     Raises:
@@ -105,12 +105,13 @@ def reference_rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes,
         else:
             text = pre + dumps(row) + post
         out.append(text if index_end is None else text + b"%d" % k + index_end)
-    return sep.join(out)
+    return sep.join(out), len(out)
 
 
-def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None) -> bytes:
-    """The change events of one rows event as JSON lines, one per row, each ending in a newline:
-    the bytes of ``dumps(change) + b"\\n"`` for each change of :func:`protocol.serialize.change_events`.
+def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None) -> tuple[bytes, int]:
+    """The change events of one rows event as JSON lines, one per row, each ending in a newline (the
+    bytes of ``dumps(change) + b"\\n"`` for each change of :func:`protocol.serialize.change_events`),
+    and how many there are.
 
     Raises:
         EventDecodeError: malformed rows.
@@ -136,5 +137,5 @@ def event_json(event: E.Event, file: str | None = None, next_pos: int | None = N
         return dumps(event_to_dict(event, file, next_pos))
     head = dumps(event_to_dict(event, file, next_pos, rows=False))[:-1] + b',"rows":['
     if event.kind == "update":
-        return head + rows_json(event, b'{"before":', b',"after":', b"}", b",") + b"]}"
-    return head + rows_json(event, b"", b"", b"", b",") + b"]}"
+        return head + rows_json(event, b'{"before":', b',"after":', b"}", b",")[0] + b"]}"
+    return head + rows_json(event, b"", b"", b"", b",")[0] + b"]}"

@@ -85,12 +85,12 @@ class JsonLinesSink(Sink):
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
-        lines = change_lines(event, file, gtid)
+        lines, n = change_lines(event, file, gtid)
         try:
             self._fh.write(lines)
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
-        return lines.count(b"\n")
+        return n
 
     def flush(self) -> dict:
         try:

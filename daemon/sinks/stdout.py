@@ -24,9 +24,9 @@ class StdoutSink(Sink):
         self._out.write(dumps(change) + b"\n")
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
-        lines = change_lines(event, file, gtid)
+        lines, n = change_lines(event, file, gtid)
         self._out.write(lines)
-        return lines.count(b"\n")
+        return n
 
     def flush(self) -> dict:
         try:

@@ -39,7 +39,7 @@ def _write(data: bytes, name: str, native: bool) -> list[bytes]:
                 if native:
                     out.append(jsonrows.event_json(item, name, end))
                     if isinstance(item, E.RowsEvent):
-                        out.append(jsonrows.change_lines(item, name, "0-1-9"))
+                        out.append(jsonrows.change_lines(item, name, "0-1-9")[0])
                 else:
                     out.append(dumps(event_to_dict(item, name, end)))
                     if isinstance(item, E.RowsEvent):
