@@ -181,6 +181,9 @@ class SourceConfig(_Section):
         endpoints = [parse_endpoint(text) for text in self.hosts]
         if twice := {e for e in endpoints if endpoints.count(e) > 1}:
             raise ConfigError("source.hosts", f"lists {'%s:%d' % min(twice)} twice")
+        if len(endpoints) == 1:  # one server: the same as host and port
+            object.__setattr__(self, "host", endpoints[0][0])
+            object.__setattr__(self, "port", endpoints[0][1])
         if len(endpoints) > 1 and spec.kind in ("file", "datetime"):
             raise ConfigError("source.start", f"{self.start!r} resumes by binlog file and position, and positions "
                               "differ between servers: failover across several source.hosts needs GTID resume "

@@ -9,6 +9,7 @@ probe checks run against a real MySQL 8.4 (``mysql84``) where Docker exists.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -240,3 +241,41 @@ def test_prefers_a_writable_server_and_leaves_one_that_turns_read_only(tmp_path,
                for ln in logged.lines)
     assert MysqlGtidSet.parse(str(a.dumps[-1].gtid_set)) == MysqlGtidSet.parse(DELIVERED)
     assert [r["op"] for r in sink_rows(tmp_path) if r["source"]["gtid"] == f"{UTAG}:mytag:3"] == ["insert"]
+
+
+def test_a_file_position_checkpoint_with_several_hosts_exits_2(tmp_path, logged):
+    async def go():
+        async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
+                FakePrimary(binlog(FTAG), password=PASSWORD, server_uuid=UOTHER) as b:
+            single = hosts_config(tmp_path, [a.port], f"file:{binlog(FTAG).name}:4")
+            async with Running(single, a) as d:
+                await d.wait(lambda: checkpoint(tmp_path) and checkpoint(tmp_path).position.file == "binlog.000005",
+                             20, "the file read to its ROTATE")
+                assert await d.stop() == 0
+            async with Running(hosts_config(tmp_path, [a.port, b.port], "current")) as d:
+                return await d.exit_code(20), a, b
+    rc, a, b = run(go())
+    assert rc == 2 and len(a.dumps) == 1 and not b.dumps
+    assert any("resumes by binlog file and position, and positions differ between servers" in ln
+               for ln in logged.lines)
+
+
+def test_a_checkpoint_written_before_failover_existed_still_resumes(tmp_path, logged):
+    async def go():
+        async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
+                FakePrimary(binlog(FTAG), password=PASSWORD, server_uuid=UOTHER) as b:
+            async with Running(hosts_config(tmp_path, [a.port], START), a) as d:
+                await d.wait(gtid_reaches(tmp_path, DELIVERED), 20, "mytag:3 delivered")
+                assert await d.stop() == 0
+            path = tmp_path / "state" / "checkpoint.json"
+            saved = json.loads(path.read_text())
+            saved["source"] = {k: saved["source"][k] for k in ("flavor", "server_id", "server_uuid", "resume")}
+            path.write_text(json.dumps(saved))                   # no host, no version: an older checkpoint
+            async with Running(hosts_config(tmp_path, [b.port, a.port], "current"), b) as d:
+                await d.wait(lambda: b.dumps, 20, "a dump from b")
+                assert await d.stop() == 0
+            return b
+    b = run(go())
+    assert MysqlGtidSet.parse(str(b.dumps[-1].gtid_set)) == MysqlGtidSet.parse(DELIVERED)
+    assert not [ln for ln in logged.lines if ln.startswith("failover from")]
+    assert checkpoint(tmp_path).source["host"] == f"127.0.0.1:{b.port}"

@@ -27,6 +27,11 @@ def test_hosts_from_toml_env_and_command_line(tmp_path):
     assert cli.source.hosts == ("a:1", "b:2") and cli.source.endpoints == (("a", 1), ("b", 2))
 
 
+def test_one_host_is_host_and_port():
+    c = load_config(None, env={"BINLOGD_SOURCE__HOSTS": "db7:3317"})
+    assert (c.source.host, c.source.port, c.source.endpoints) == ("db7", 3317, (("db7", 3317),))
+
+
 def test_host_and_port_alone_are_one_endpoint():
     c = load_config(None, env={}, overrides={"source.host": "db9", "source.port": "3310"})
     assert c.source.hosts == () and c.source.endpoints == (("db9", 3310),)
