@@ -283,8 +283,8 @@ class Failover:
         return dataclasses.replace(self.source, host=host, port=port)
 
     def delivered(self, durable) -> Position | None:
-        """What a server must hold to be used: the ``durable`` ResumeState's position; before the first
-        commit the GTIDs of a ``gtid:`` start; else None (nothing delivered)."""
+        """What a server must hold to be used: the position of ``durable`` (the last durable ResumeState, or
+        the start resolved for the first session); without one the GTIDs of a ``gtid:`` start; else None."""
         if durable is not None:
             return durable.position
         spec = self.source.start_spec
