@@ -31,8 +31,8 @@ from tests.support.fakeprimary_daemon import (
     checkpoint,
     config,
     gtid_reaches,
-    run,
     sink_rows,
+    within,
 )
 
 pytest.importorskip("aiomysql")
@@ -46,7 +46,7 @@ def _start(tmp_path, primary):
     return Running(config(tmp_path, primary.port, "file:mysql-bin.000057:4"), primary)
 
 
-def test_consumer_goes_on_while_a_sync_runs(tmp_path, monkeypatch):
+async def test_consumer_goes_on_while_a_sync_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(consumer, "COMMIT_EVERY", 1)  # commit at every boundary the last sync allows
     release, held = threading.Event(), threading.Event()
 
@@ -85,13 +85,13 @@ def test_consumer_goes_on_while_a_sync_runs(tmp_path, monkeypatch):
                 assert await running.stop() == 0
 
     try:
-        run(main())
+        await within(main())
     finally:
         release.set()
     assert by_gtid(sink_rows(tmp_path)) == ROWS
 
 
-def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatch, caplog):
+async def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(consumer, "COMMIT_EVERY", 1)
     seen: list[int] = []
 
@@ -114,7 +114,7 @@ def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatc
                 assert await running.stop() == 0
             return d
 
-    d = run(main())
+    d = await within(main())
     assert len(seen) >= 4
     said = [r.getMessage() for r in caplog.records if "disk on fire" in r.getMessage()]
     assert said == [f"disk on fire; checkpoint stays at mysql-bin.000057:{seen[2]}, retrying in 0.1s"]
@@ -123,7 +123,7 @@ def test_failed_sync_keeps_the_checkpoint_and_delivers_once(tmp_path, monkeypatc
     assert by_gtid(sink_rows(tmp_path)) == ROWS  # the rows after the failed sync: written again, once
 
 
-def test_reconnect_does_not_wait_for_a_sync_but_the_sink_reopens_after_it(tmp_path, monkeypatch):
+async def test_reconnect_does_not_wait_for_a_sync_but_the_sink_reopens_after_it(tmp_path, monkeypatch):
     """The primary closes the connection while a sync runs: the daemon reconnects at once, and reopens
     the sink (then dumps) only when that sync has ended."""
     monkeypatch.setattr(consumer, "COMMIT_EVERY", 1)
@@ -156,7 +156,7 @@ def test_reconnect_does_not_wait_for_a_sync_but_the_sink_reopens_after_it(tmp_pa
             return primary, opened
 
     try:
-        primary, opened = run(main())
+        primary, opened = await within(main())
     finally:
         release.set()
     assert primary.connections[0].closed_by == "fault" and len(primary.dumps) == 2

@@ -9,7 +9,7 @@ from binlogd.daemon.config import load_config
 from binlogd.daemon.service import Daemon
 
 
-def test_daemon_notifies_systemd(mariadb, tmp_path, monkeypatch):
+async def test_daemon_notifies_systemd(mariadb, tmp_path, monkeypatch):
     sock_path = tmp_path / "notify.sock"
     receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     receiver.bind(str(sock_path))
@@ -38,7 +38,7 @@ def test_daemon_notifies_systemd(mariadb, tmp_path, monkeypatch):
         return await asyncio.wait_for(task, 20)
 
     try:
-        assert asyncio.run(scenario()) == 0
+        assert await scenario() == 0
         try:
             while True:
                 messages.append(receiver.recv(4096).decode())

@@ -51,8 +51,8 @@ from tests.support.fakeprimary_daemon import (
     gtid_reaches,
     heartbeats,
     metric,
-    run,
     sink_rows,
+    within,
 )
 from tests.support.fakewire import (
     GTID,
@@ -73,7 +73,7 @@ pytestmark = pytest.mark.usefixtures("corpus")   # skipped (or failed under CI) 
 # --------------------------------------------------------------------------- (1) GTID resume
 
 
-def test_gtid_resume_untagged_set_encoding_and_server_side_skip(tmp_path):
+async def test_gtid_resume_untagged_set_encoding_and_server_side_skip(tmp_path):
     start = f"{UENUM}:1-3,{UOTHER}:1-77"
 
     async def main():
@@ -83,7 +83,7 @@ def test_gtid_resume_untagged_set_encoding_and_server_side_skip(tmp_path):
             assert await d.stop() == 0
             return primary, cp
 
-    primary, cp = run(main())
+    primary, cp = await within(main())
     assert len(primary.dumps) == 1
     dump = primary.dumps[0]
     assert dump.command == "gtid" and dump.flags & 0x04 and dump.file == "" and dump.pos == 4
@@ -103,7 +103,7 @@ def test_gtid_resume_untagged_set_encoding_and_server_side_skip(tmp_path):
 
 
 @pytest.mark.parametrize("have_tagged, expect_rows", [("1-2", 1), ("1-3", 0)])
-def test_gtid_resume_tagged_set_encoding(tmp_path, have_tagged, expect_rows):
+async def test_gtid_resume_tagged_set_encoding(tmp_path, have_tagged, expect_rows):
     start = f"{UTAG}:1-13:mytag:{have_tagged}"
     final = f"{UTAG}:1-13:mytag:1-3"
 
@@ -116,7 +116,7 @@ def test_gtid_resume_tagged_set_encoding(tmp_path, have_tagged, expect_rows):
             assert await d.stop() == 0
             return primary, checkpoint(tmp_path)
 
-    primary, cp = run(main())
+    primary, cp = await within(main())
     dump = primary.dumps[0]
     assert dump.tagged_format, dump.gtid_data.hex()
     upto = int(have_tagged.split("-")[1]) + 1
@@ -129,7 +129,7 @@ def test_gtid_resume_tagged_set_encoding(tmp_path, have_tagged, expect_rows):
     assert MysqlGtidSet.parse(cp.position.gtid_set) == MysqlGtidSet.parse(final)
 
 
-def test_gtid_resume_from_checkpoint_then_position_after_last_transaction(tmp_path):
+async def test_gtid_resume_from_checkpoint_then_position_after_last_transaction(tmp_path):
     """(1) + (8): resume from a saved checkpoint; it ends after the file's last transaction."""
     store = CheckpointStore(tmp_path / "state" / "checkpoint.json")
     store.acquire()
@@ -145,7 +145,7 @@ def test_gtid_resume_from_checkpoint_then_position_after_last_transaction(tmp_pa
             assert await d.stop() == 0
             return primary, cp, tracker_before
 
-    primary, cp, committed = run(main())
+    primary, cp, committed = await within(main())
     conn = primary.connections[-1]
     # the checkpoint's start, not source.start=current: no SHOW MASTER STATUS
     assert not any("STATUS" in q.upper() for q in conn.queries)
@@ -158,14 +158,14 @@ def test_gtid_resume_from_checkpoint_then_position_after_last_transaction(tmp_pa
     assert checkpoint(tmp_path).position == cp.position
 
 
-def test_gtid_set_missing_purged_transactions_is_err_1236(tmp_path, caplog):
+async def test_gtid_set_missing_purged_transactions_is_err_1236(tmp_path, caplog):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary, \
                 Running(config(tmp_path, primary.port, f"gtid:{U57}:11-13"), primary) as d:
             return primary, await d.exit_code(10)
 
     caplog.set_level(logging.INFO, "binlogd")
-    primary, rc = run(main())
+    primary, rc = await within(main())
     assert rc == 5
     assert primary.connections[0].errors_sent[0][0] == 1236
     text = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
@@ -173,7 +173,7 @@ def test_gtid_set_missing_purged_transactions_is_err_1236(tmp_path, caplog):
     assert len(primary.connections) == 1
 
 
-def test_file_pos_dump_from_offset(tmp_path):
+async def test_file_pos_dump_from_offset(tmp_path):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary, \
                 Running(config(tmp_path, primary.port, "file:mysql-bin.000057:378"), primary) as d:
@@ -181,7 +181,7 @@ def test_file_pos_dump_from_offset(tmp_path):
             assert await d.stop() == 0
             return primary, cp
 
-    primary, cp = run(main())
+    primary, cp = await within(main())
     dump = primary.dumps[0]
     assert (dump.command, dump.file, dump.pos, dump.server_id) == ("file", "mysql-bin.000057", 378, SERVER_ID)
     assert by_gtid(sink_rows(tmp_path)) == {f"{U57}:12": ["insert"], f"{U57}:13": ["update", "insert"]}
@@ -191,7 +191,7 @@ def test_file_pos_dump_from_offset(tmp_path):
 
 @pytest.mark.parametrize("version, statement", [("8.0.31-fake", "SHOW MASTER STATUS"),
                                                 ("8.4.0-fake", "SHOW BINARY LOG STATUS")])
-def test_start_current_uses_version_aware_status_and_executed_set(tmp_path, version, statement):
+async def test_start_current_uses_version_aware_status_and_executed_set(tmp_path, version, statement):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD, server_version=version) as primary, \
                 Running(config(tmp_path, primary.port, "current"), primary) as d:
@@ -200,7 +200,7 @@ def test_start_current_uses_version_aware_status_and_executed_set(tmp_path, vers
             assert await d.stop() == 0
             return primary
 
-    primary = run(main())
+    primary = await within(main())
     conn = primary.connections[-1]
     assert statement in conn.queries
     assert not conn.errors_sent
@@ -210,7 +210,7 @@ def test_start_current_uses_version_aware_status_and_executed_set(tmp_path, vers
     assert MysqlGtidSet.parse(checkpoint(tmp_path).position.gtid_set) == MysqlGtidSet.parse(f"{U57}:1-13")
 
 
-def test_start_datetime_probes_with_non_blocking_dumps(tmp_path):
+async def test_start_datetime_probes_with_non_blocking_dumps(tmp_path):
     when = datetime.fromtimestamp(1647193297, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
     async def main():
@@ -220,14 +220,14 @@ def test_start_datetime_probes_with_non_blocking_dumps(tmp_path):
             assert await d.stop() == 0
             return primary
 
-    primary = run(main())
+    primary = await within(main())
     assert any(q.upper() == "SHOW BINARY LOGS" for c in primary.connections for q in c.queries)
     probes = [d for d in primary.dumps if d.flags & 0x01]
     assert probes and all(p.command == "file" and p.pos == 4 for p in probes)
     assert by_gtid(sink_rows(tmp_path)) == {f"{UENUM}:4": ["update"], f"{UENUM}:5": ["delete"]}
 
 
-def test_start_datetime_skip_survives_a_restart_from_a_checkpoint(tmp_path):
+async def test_start_datetime_skip_survives_a_restart_from_a_checkpoint(tmp_path):
     """A checkpoint saved before the datetime was reached carries the skip, so a daemon that restarts
     from it (after a crash, from an earlier position) goes on skipping: nothing before the datetime
     is emitted, whatever point the restart resumes from."""
@@ -241,7 +241,7 @@ def test_start_datetime_skip_survives_a_restart_from_a_checkpoint(tmp_path):
             assert await d.stop() == 0
             return cp
 
-    cp = run(first())
+    cp = await within(first())
     assert sink_rows(tmp_path) == []
     assert cp.source.get("skip_before") == 1647193297 + 10**8
     # The crash: the daemon restarts from a checkpoint at the file's start, taken mid-skip, and the
@@ -257,7 +257,7 @@ def test_start_datetime_skip_survives_a_restart_from_a_checkpoint(tmp_path):
             assert await d.stop() == 0
             return primary, cp
 
-    primary, cp = run(second())
+    primary, cp = await within(second())
     assert [(dump.file, dump.pos) for dump in primary.dumps] == [("mysql-enum-string-set.000001", 4)]
     assert by_gtid(sink_rows(tmp_path)) == {f"{UENUM}:4": ["update"], f"{UENUM}:5": ["delete"]}
     assert "skip_before" not in cp.source
@@ -267,7 +267,7 @@ def test_start_datetime_skip_survives_a_restart_from_a_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("heartbeat", [0.3, 0.5])
-def test_checksum_and_heartbeat_period_negotiated_before_the_dump(tmp_path, heartbeat):
+async def test_checksum_and_heartbeat_period_negotiated_before_the_dump(tmp_path, heartbeat):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary, \
                 Running(config(tmp_path, primary.port, f"gtid:{U57}:1-10", heartbeat=heartbeat), primary) as d:
@@ -275,7 +275,7 @@ def test_checksum_and_heartbeat_period_negotiated_before_the_dump(tmp_path, hear
             assert await d.stop() == 0
             return primary
 
-    primary = run(main())
+    primary = await within(main())
     conn = primary.connections[-1]
     v = conn.session_vars
     assert v["@source_binlog_checksum"] == "CRC32" and v["@master_binlog_checksum"] == "CRC32"
@@ -288,8 +288,8 @@ def test_checksum_and_heartbeat_period_negotiated_before_the_dump(tmp_path, hear
     assert not conn.errors_sent
 
 
-def test_stop_returns_promptly_while_heartbeats_arrive(tmp_path):
-    """``stop()`` ends ``run()`` within the shutdown bound even when a heartbeat lands as the consumer stops.
+async def test_stop_returns_promptly_while_heartbeats_arrive(tmp_path):
+    """``stop()`` ends ``await within()`` within the shutdown bound even when a heartbeat lands as the consumer stops.
 
     With a 0.25 s heartbeat (the consumer's queue poll is also 0.25 s) the packet often arrives in the same
     loop turn as ``_session`` cancels the reader task; a few rounds make that coincidence near certain.
@@ -303,11 +303,11 @@ def test_stop_returns_promptly_while_heartbeats_arrive(tmp_path):
             return d.task.result() if done else None
 
     for round_ in range(5):
-        rc = run(once(tmp_path / f"round{round_}"))
-        assert rc == 0, f"round {round_}: run() had not returned 3s after stop() (heartbeats still flowing)"
+        rc = await within(once(tmp_path / f"round{round_}"))
+        assert rc == 0, f"round {round_}: await within() had not returned 3s after stop() (heartbeats still flowing)"
 
 
-def test_checksum_none_primary(tmp_path):
+async def test_checksum_none_primary(tmp_path):
     """A binlog_checksum=NONE primary (5.7.20): the daemon asks for NONE and decodes events without footers."""
     async def main():
         async with FakePrimary(binlog(FNONE), password=PASSWORD, server_version="5.7.20-fake",
@@ -319,7 +319,7 @@ def test_checksum_none_primary(tmp_path):
             assert await d.stop() == 0
             return primary
 
-    primary = run(main())
+    primary = await within(main())
     conn = primary.connections[-1]
     assert conn.session_vars["@source_binlog_checksum"] == "NONE"
     assert conn.dump.command == "file"
@@ -329,7 +329,7 @@ def test_checksum_none_primary(tmp_path):
     assert {r["op"] for r in rows} == {"insert", "update"}
 
 
-def test_fake_refuses_a_replica_that_does_not_announce_checksums():
+async def test_fake_refuses_a_replica_that_does_not_announce_checksums():
     """Self-check of the fake (what makes the negotiation tests meaningful): no SET, no stream."""
     import aiomysql
     from binlogd.protocol.commands import com_binlog_dump_gtid, com_register_slave
@@ -352,7 +352,7 @@ def test_fake_refuses_a_replica_that_does_not_announce_checksums():
             finally:
                 conn.close()
 
-    ok, err = run(main())
+    ok, err = await within(main())
     assert ok[0] == 0 and err[0] == 0xFF
     e = parse_err(err)
     assert e.code == 1236 and "checksum" in e.message
@@ -361,7 +361,7 @@ def test_fake_refuses_a_replica_that_does_not_announce_checksums():
 # --------------------------------------------------------------------------- (3) heartbeat v2
 
 
-def test_heartbeat_v2_decoded_without_output_or_position_change(tmp_path):
+async def test_heartbeat_v2_decoded_without_output_or_position_change(tmp_path):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary, \
                 Running(config(tmp_path, primary.port, f"gtid:{U57}:1-10"), primary) as d:
@@ -388,7 +388,7 @@ def test_heartbeat_v2_decoded_without_output_or_position_change(tmp_path):
             assert await d.stop() == 0
             return primary, cp, rows_before, state
 
-    primary, cp, rows_before, s = run(main())
+    primary, cp, rows_before, s = await within(main())
     assert s["lag"] == 0
     assert s["hb_events"] >= 3 and s["hb_events"] <= s["hb_sent"]
     assert not s["errors"] and not s["reconnects"]
@@ -411,7 +411,7 @@ def test_fake_heartbeat_v2_bytes_decode_with_64_bit_position():
 # --------------------------------------------------------------------------- (4) ERR 1236
 
 
-def test_err_1236_exits_5_quickly_with_the_code_in_the_message(tmp_path, caplog):
+async def test_err_1236_exits_5_quickly_with_the_code_in_the_message(tmp_path, caplog):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD, err_1236=True) as primary, \
                 Running(config(tmp_path, primary.port, f"gtid:{U57}:1-10"), primary) as d:
@@ -420,7 +420,7 @@ def test_err_1236_exits_5_quickly_with_the_code_in_the_message(tmp_path, caplog)
             return primary, rc, time.monotonic() - t0
 
     caplog.set_level(logging.INFO, "binlogd")
-    primary, rc, took = run(main())
+    primary, rc, took = await within(main())
     assert rc == 5
     assert took < 3
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -432,7 +432,7 @@ def test_err_1236_exits_5_quickly_with_the_code_in_the_message(tmp_path, caplog)
 # --------------------------------------------------------------------------- (5) silence and closed connections
 
 
-def test_stall_longer_than_two_heartbeats_reconnects_and_delivers_once(tmp_path):
+async def test_stall_longer_than_two_heartbeats_reconnects_and_delivers_once(tmp_path):
     # with :1-2 known: ROTATE, FDE, PREVIOUS_GTIDS, GTID:3 BEGIN TABLE_MAP WRITE XID, GTID:4 BEGIN TABLE_MAP | stall
     async def main():
         async with FakePrimary(binlog(FENUM), password=PASSWORD, stall_after=11) as primary, \
@@ -444,7 +444,7 @@ def test_stall_longer_than_two_heartbeats_reconnects_and_delivers_once(tmp_path)
             assert await d.stop() == 0
             return primary, state
 
-    primary, state = run(main())
+    primary, state = await within(main())
     first, second = primary.connections[0], primary.connections[1]
     assert first.stalled_at is not None
     silence = second.connected_at - first.last_send_at
@@ -456,7 +456,7 @@ def test_stall_longer_than_two_heartbeats_reconnects_and_delivers_once(tmp_path)
                                            f"{UENUM}:5": ["delete"]}
 
 
-def test_primary_closing_mid_transaction_reconnects_and_delivers_once(tmp_path):
+async def test_primary_closing_mid_transaction_reconnects_and_delivers_once(tmp_path):
     async def main():
         async with FakePrimary(binlog(FENUM), password=PASSWORD, close_after=12) as primary, \
                 Running(config(tmp_path, primary.port, f"gtid:{UENUM}:1-2"), primary) as d:
@@ -464,7 +464,7 @@ def test_primary_closing_mid_transaction_reconnects_and_delivers_once(tmp_path):
             assert await d.stop() == 0
             return primary
 
-    primary = run(main())
+    primary = await within(main())
     assert primary.connections[0].closed_by == "fault"
     assert len(primary.dumps) == 2
     assert primary.dumps[1].gtid_intervals in (Intervals({(UENUM, ""): [(1, 3)]}), Intervals({(UENUM, ""): [(1, 4)]}))
@@ -475,7 +475,7 @@ def test_primary_closing_mid_transaction_reconnects_and_delivers_once(tmp_path):
 # --------------------------------------------------------------------------- (6) wrong password
 
 
-def test_wrong_password_exits_3(tmp_path, caplog):
+async def test_wrong_password_exits_3(tmp_path, caplog):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary, \
                 Running(config(tmp_path, primary.port, f"gtid:{U57}:1-10", password="not-it"), primary) as d:
@@ -484,7 +484,7 @@ def test_wrong_password_exits_3(tmp_path, caplog):
             return primary, rc, time.monotonic() - t0
 
     caplog.set_level(logging.INFO, "binlogd")
-    primary, rc, took = run(main())
+    primary, rc, took = await within(main())
     assert rc == 3 and took < 3
     assert len(primary.connections) == 1
     conn = primary.connections[0]
@@ -498,7 +498,7 @@ def test_wrong_password_exits_3(tmp_path, caplog):
 
 @pytest.mark.parametrize("payload_len", [MAX_CHUNK, MAX_CHUNK + 1, 2 * MAX_CHUNK + 12345],
                          ids=["exactly-one-chunk", "one-chunk-plus-one", "three-chunks"])
-def test_event_over_16mb_arrives_intact(tmp_path, payload_len):
+async def test_event_over_16mb_arrives_intact(tmp_path, payload_len):
     """A GTID :6 + a QUERY event whose packet payload (0x00 + event) is ``payload_len`` bytes."""
     base = binlog(FENUM)
     event_len = payload_len - 1
@@ -524,7 +524,7 @@ def test_event_over_16mb_arrives_intact(tmp_path, payload_len):
             assert await d.stop(30) == 0
             return primary, cp
 
-    primary, cp = run(main(), timeout=120)
+    primary, cp = await within(main(), timeout=120)
     assert seen == [(event_len, hashlib.sha256(query.encode()).hexdigest(), len(query))]
     assert cp.position.pos == f.size
     assert len(primary.connections) == 1
@@ -533,7 +533,7 @@ def test_event_over_16mb_arrives_intact(tmp_path, payload_len):
 # --------------------------------------------------------------------------- (8) the checkpoint after the stream
 
 
-def test_checkpoint_after_stream_points_after_last_transaction(tmp_path):
+async def test_checkpoint_after_stream_points_after_last_transaction(tmp_path):
     async def main():
         async with FakePrimary(binlog(FENUM), password=PASSWORD) as primary, \
                 Running(config(tmp_path, primary.port, f"gtid:{UENUM}:1"), primary) as d:
@@ -544,7 +544,7 @@ def test_checkpoint_after_stream_points_after_last_transaction(tmp_path):
             assert await d.stop() == 0
             return primary, live
 
-    primary, live = run(main())
+    primary, live = await within(main())
     cp = checkpoint(tmp_path)
     rotate_name = "mysql-enum-string-set.000001"     # what the artificial ROTATE named
     assert cp.position.file == rotate_name and cp.position.pos == 3331 == primary.files[0].size
@@ -554,7 +554,7 @@ def test_checkpoint_after_stream_points_after_last_transaction(tmp_path):
                                            f"{UENUM}:5": ["delete"]}
 
 
-def test_queue_events_bounds_the_events_between_reader_and_consumer(tmp_path, monkeypatch):
+async def test_queue_events_bounds_the_events_between_reader_and_consumer(tmp_path, monkeypatch):
     """daemon.queue_events counts events, not reader batches: with a consumer slower than the
     primary, the queue never holds more, binlogd_queue_depth reports events, and everything arrives."""
     limit, depths, high = 2, [], [0]
@@ -578,7 +578,7 @@ def test_queue_events_bounds_the_events_between_reader_and_consumer(tmp_path, mo
                 await running.wait(at_pos(tmp_path, "mysql-bin.000057", 1283), 30, "end of file")
                 assert await running.stop() == 0
 
-    run(main())
+    await within(main())
     assert 0 < high[0] <= limit, f"{high[0]} events were queued with daemon.queue_events = {limit}"
     assert max(depths) == limit
     assert by_gtid(sink_rows(tmp_path)) == {f"{U57}:12": ["insert"], f"{U57}:13": ["update", "insert"]}

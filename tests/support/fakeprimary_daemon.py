@@ -134,8 +134,14 @@ class Running:
                     pass
 
 
+async def within(coro, timeout: float = 90):
+    """Await ``coro``, failing the test with TimeoutError after ``timeout`` seconds (async tests)."""
+    return await asyncio.wait_for(coro, timeout)
+
+
 def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
+    """:func:`within` on an event loop of its own, for synchronous tests."""
+    return asyncio.run(within(coro, timeout))
 
 
 def at_pos(tmp_path: Path, file: str, pos: int):

@@ -58,7 +58,7 @@ async def until(predicate, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_one_sync_in_flight_and_the_latest_waiting_token_wins(tmp_path):
+async def test_one_sync_in_flight_and_the_latest_waiting_token_wins(tmp_path):
     async def main():
         committer, sink, store = make(tmp_path)
         committer.sync(committer.flush(state(100)))          # starts at once
@@ -71,14 +71,14 @@ def test_one_sync_in_flight_and_the_latest_waiting_token_wins(tmp_path):
         await committer.settle()
         return committer, sink, store
 
-    committer, sink, store = asyncio.run(main())
+    committer, sink, store = await main()
     assert sink.synced == [1, 3], "two syncs: the first, then one covering every flush made while it ran"
     assert committer.durable.position.pos == 300 and committer.durable.sink == {"flushes": 3}
     saved = store.load()
     assert saved.position.pos == 300 and saved.sink == {"flushes": 3} and saved.source["resume"] == "file"
 
 
-def test_a_token_is_synced_once_and_only_the_last_flush(tmp_path):
+async def test_a_token_is_synced_once_and_only_the_last_flush(tmp_path):
     async def main():
         committer, sink, _ = make(tmp_path)
         sink.release.set()
@@ -92,10 +92,10 @@ def test_a_token_is_synced_once_and_only_the_last_flush(tmp_path):
         await committer.settle()
         return committer
 
-    assert asyncio.run(main()).durable.position.pos == 200
+    assert (await main()).durable.position.pos == 200
 
 
-def test_a_failed_sync_is_raised_once_keeps_durable_and_drops_the_waiting_token(tmp_path):
+async def test_a_failed_sync_is_raised_once_keeps_durable_and_drops_the_waiting_token(tmp_path):
     async def main():
         committer, sink, store = make(tmp_path)
         sink.release.set()
@@ -114,12 +114,12 @@ def test_a_failed_sync_is_raised_once_keeps_durable_and_drops_the_waiting_token(
         await committer.settle()  # raised once: nothing left in flight
         return committer, sink, store
 
-    committer, sink, store = asyncio.run(main())
+    committer, sink, store = await main()
     assert committer.durable.position.pos == 100 and store.load().position.pos == 100
     assert sink.synced == [1], "the token waiting behind the failed sync must not be made durable"
 
 
-def test_drain_swallows_a_failed_sync(tmp_path):
+async def test_drain_swallows_a_failed_sync(tmp_path):
     async def main():
         committer, sink, _ = make(tmp_path)
         sink.fail_next = True
@@ -128,7 +128,7 @@ def test_drain_swallows_a_failed_sync(tmp_path):
         await committer.drain()
         return committer
 
-    assert asyncio.run(main()).durable is None
+    assert (await main()).durable is None
 
 
 def test_resume_state_round_trips_through_a_checkpoint():

@@ -161,7 +161,7 @@ class _Batches:
         return self._items is None
 
 
-def consume(tmp_path: Path, kind: str, items: list[bytes], crc: bool) -> tuple[Path, ResumeState]:
+async def consume(tmp_path: Path, kind: str, items: list[bytes], crc: bool) -> tuple[Path, ResumeState]:
     """Run a Consumer with a ``kind`` sink over ``items`` (a dump from offset 4); returns the sink's
     directory and the durable state it reached."""
     out = tmp_path / kind
@@ -181,29 +181,29 @@ def consume(tmp_path: Path, kind: str, items: list[bytes], crc: bool) -> tuple[P
         sink.close()
         return committer.durable
 
-    return out, asyncio.run(main())
+    return out, await main()
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_archive_of_a_stream_with_logged_zeros_is_byte_exact(corpus, tmp_path, name):
+async def test_archive_of_a_stream_with_logged_zeros_is_byte_exact(corpus, tmp_path, name):
     data = (corpus / name).read_bytes()
     logged_zero, _ = zeroed(data)
     crc, fname = checksummed(data), Path(name).name
-    out, durable = consume(tmp_path, "archive", [artificial_rotate(fname, 4, crc)[0]] + raws(logged_zero), crc)
+    out, durable = await consume(tmp_path, "archive", [artificial_rotate(fname, 4, crc)[0]] + raws(logged_zero), crc)
     assert (out / fname).read_bytes() == logged_zero
     assert (durable.position.file, durable.position.pos) == (fname, len(data))
     assert durable.sink == {"file": fname, "size": len(data)}
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_change_events_carry_the_rows_events_file_offsets(corpus, tmp_path, name):
+async def test_change_events_carry_the_rows_events_file_offsets(corpus, tmp_path, name):
     data = (corpus / name).read_bytes()
     logged_zero, _ = zeroed(data)
     crc, fname = checksummed(data), Path(name).name
     rotate = artificial_rotate(fname, 4, crc)[0]
     changes = {}
     for label, stream in (("logged", data), ("zeroed", logged_zero)):
-        out, durable = consume(tmp_path / label, "jsonl", [rotate] + raws(stream), crc)
+        out, durable = await consume(tmp_path / label, "jsonl", [rotate] + raws(stream), crc)
         assert (durable.position.file, durable.position.pos) == (fname, len(data))
         changes[label] = [json.loads(line) for p in sorted(out.glob("*.jsonl")) for line in p.read_text().splitlines()]
     rows_at = {pos for pos, _, tc in walk(data) if tc in ROWS_TYPES}
