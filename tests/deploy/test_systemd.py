@@ -59,6 +59,7 @@ def test_hardening(unit):
     assert s.get("DynamicUser") == "yes" or s.get("User") not in (None, "", "root", "0")
     assert s["ProtectSystem"] == "strict"
     assert s["NoNewPrivileges"] == "yes"
+    assert s["LimitCORE"] == "0", "a core dump would hold the password"
     assert s["Restart"] == "on-failure"
     assert s["StateDirectory"] == "binlogd"
     assert s["ProtectHome"] in ("yes", "read-only", "tmpfs")
