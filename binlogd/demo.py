@@ -97,9 +97,13 @@ def run_demo(args) -> int:
         print(f"binlogd demo: cannot start a throwaway server: {exc}", file=sys.stderr)
         return 1
     with server, tempfile.TemporaryDirectory(prefix="binlogd-demo-") as workdir:
-        server.sql("CREATE DATABASE demo")
-        server.sql(_SCHEMA)
         try:
+            server.sql("CREATE DATABASE demo")
+            server.sql(_SCHEMA)
             return asyncio.run(_main(args, server, workdir))
         except KeyboardInterrupt:
             return 0
+        finally:
+            # A throwaway: killed at once rather than shut down cleanly, so the exit takes milliseconds
+            # and another Ctrl-C has no clean shutdown to interrupt (and leave running).
+            server.kill()

@@ -1,0 +1,102 @@
+"""``binlogd run`` and ``binlogd demo`` as processes (issue 19, small items): Ctrl-C in their first
+moments, the warning for a password given with ``--set``, core dumps turned off.
+
+Each command starts in a session of its own and gets SIGINT as a terminal sends it (to the group);
+the delays count from the moment Python itself has started (tests/support/processes.py), so they
+cover binlogd's imports and start-up. Not covered, because no code of ours runs yet: the interpreter's
+own start and the import of the small binlogd.cli module (a few milliseconds; its main() imports the
+rest under the guard).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support import processes
+
+# A source nobody listens on: the daemon starts, then retries connecting until stopped.
+UNREACHABLE = ["--set", "source.host=127.0.0.1", "--set", "source.port=1", "--set", "metrics.listen=",
+               "--set", "reconnect.initial_seconds=0.2"]
+WARNING = "source.password was given with --set"
+
+
+def _run_args(tmp_path) -> list[str]:
+    return ["run", *UNREACHABLE, "--set", f"checkpoint.path={tmp_path}/cp.json", "--set", f"sink.path={tmp_path}/sink"]
+
+
+def _interrupt_after(argv: list[str], delay: float, timeout: float = 60) -> tuple[int, str, list[str]]:
+    """Start ``binlogd ARGV``, Ctrl-C ``delay`` s after Python started; (exit code, stderr, group left)."""
+    proc = processes.spawn(*argv)
+    stderr = processes.Stderr(proc)
+    try:
+        stderr.wait_for(processes.STARTED)
+        time.sleep(delay)
+        processes.ctrl_c(proc)
+        rc = proc.wait(timeout)
+        return rc, stderr.close(), processes.wait_group_gone(proc.pid)
+    finally:
+        proc.kill()
+        processes.kill_group(proc.pid)
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.1, 0.15, 0.2, 0.3, 0.5])
+def test_early_ctrl_c_of_run_exits_without_a_traceback(delay, tmp_path):
+    rc, err, left = _interrupt_after(_run_args(tmp_path), delay)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert rc in (0, 130), err  # 130 before the daemon's own handler is installed, 0 after
+    assert left == []
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.8, 1.5])
+def test_early_ctrl_c_of_demo_exits_and_leaves_no_server(delay):
+    rc, err, left = _interrupt_after(["demo"], delay)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert rc in (0, 130), err
+    assert left == [], "left running after the demo exited"
+
+
+def _started_daemon(tmp_path, *extra: str, env: dict | None = None):
+    proc = processes.spawn(*_run_args(tmp_path), *extra, env=env)
+    stderr = processes.Stderr(proc)
+    stderr.wait_for("cannot connect to 127.0.0.1:1")
+    return proc, stderr
+
+
+def test_password_given_with_set_is_warned_about(tmp_path):
+    proc, stderr = _started_daemon(tmp_path, "--set", "source.password=s3cret-pass")
+    try:
+        limits = open(f"/proc/{proc.pid}/limits").read()
+    finally:
+        processes.ctrl_c(proc)
+        assert proc.wait(30) == 0
+    text = stderr.close()
+    assert sum(WARNING in line for line in text.splitlines()) == 1, text
+    assert "s3cret-pass" not in text
+    core = next(line for line in limits.splitlines() if line.startswith("Max core file size"))
+    assert core.split()[4:6] == ["0", "0"], core  # soft and hard
+
+
+def test_password_from_the_environment_is_not_warned_about(tmp_path):
+    env = {**os.environ, "BINLOGD_SOURCE__PASSWORD": "s3cret-pass"}
+    proc, stderr = _started_daemon(tmp_path, env=env)
+    processes.ctrl_c(proc)
+    assert proc.wait(30) == 0
+    text = stderr.close()
+    assert WARNING not in text and "s3cret-pass" not in text, text
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_DUMPABLE is Linux's")
+def test_core_dumps_are_turned_off():
+    """What ``binlogd run`` calls before it connects: the process is not dumpable and RLIMIT_CORE is 0."""
+    code = ("import ctypes, logging, resource; from binlogd.cli import _no_core_dumps;"
+            "libc = ctypes.CDLL(None); print(libc.prctl(3, 0, 0, 0, 0), resource.getrlimit(resource.RLIMIT_CORE));"
+            "_no_core_dumps(logging.getLogger()); print(libc.prctl(3, 0, 0, 0, 0), resource.getrlimit(resource.RLIMIT_CORE))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    before, after = out.stdout.splitlines()
+    assert before.startswith("1 ") and after == "0 (0, 0)"  # PR_GET_DUMPABLE = 3
