@@ -15,9 +15,11 @@
    - the same with ``arrow=false`` (the reader yields Python tuples, which PySpark converts to
      Arrow itself) on ``local[2]``;
    - for reference, the same decoding in this process without Spark (``pipeline.decode`` into column
-     buffers, one core);
-3. prints events/s, rows/s, the local[2]/local[1] scaling ratios and the Arrow/tuples ratios, the
-   machine, its load average (other processes share the cores) and the date.
+     buffers, one core), and the daemon's decoding of the same rows (``protocol.jsonrows.change_lines``,
+     the JSON-lines sink's work, one core);
+3. prints events/s, rows/s, the local[2]/local[1] scaling ratios, the Arrow/tuples ratios, the changes
+   shape's row changes/s per core against the daemon's (issue 16's goal: at least 0.5x), the machine,
+   its load average (other processes share the cores) and the date.
 """
 
 from __future__ import annotations
@@ -101,7 +103,26 @@ def in_process(files: list[Path]) -> dict:
             for cols in D.read_binlog(str(path), cls(str(path), corrupt_column=True)):
                 n += len(cols[0])
         out[shape] = {"rows": n, "seconds": time.perf_counter() - t0}
+    out["daemon"] = daemon_decode(files)
     return out
+
+
+def daemon_decode(files: list[Path]) -> dict:
+    """The daemon's work on the same rows, one core: every rows event's change lines (protocol.jsonrows)."""
+    from binlogd.protocol.events import RowsEvent
+    from binlogd.protocol.jsonrows import change_lines
+    from binlogd.protocol.serialize import flatten
+
+    from binlogd.filetools import dump_events
+
+    t0 = time.perf_counter()
+    n = 0
+    for path in files:
+        for event in dump_events(path):
+            for item in flatten(event):
+                if isinstance(item, RowsEvent):
+                    n += change_lines(item, path.name, None)[1]
+    return {"rows": n, "seconds": time.perf_counter() - t0}
 
 
 def measure(spark, paths: list[str], shape: str, repeat: int, arrow: bool = True) -> float:
@@ -166,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"reading {len(files)} files, {nbytes / 1e6:.1f} MB")
     log("in process, no Spark ...")
     local = in_process(files)
-    counts = {shape: v["rows"] for shape, v in local.items()}
+    counts = {shape: local[shape]["rows"] for shape in ("events", "changes")}
     load_before = os.getloadavg()
     try:
         log("local[1] ...")
@@ -196,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         "arrow_vs_tuples_events": two["events"]["per_s"] / two["events_tuples"]["per_s"],
         "arrow_vs_tuples_changes": two["changes"]["per_s"] / two["changes_tuples"]["per_s"],
     }
+    daemon = result["in_process"]["daemon"]["per_s"]
+    result["changes_per_core_vs_daemon"] = {"local[1]": one["changes"]["per_s"] / daemon,
+                                            "local[2]": two["changes"]["per_s"] / 2 / daemon}
     if ns.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -215,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
           f"changes {result['scaling_changes']:.2f}x")
     print(f"  Arrow batches / tuples (local[2]): events {result['arrow_vs_tuples_events']:.2f}x, "
           f"changes {result['arrow_vs_tuples_changes']:.2f}x")
+    pc = result["changes_per_core_vs_daemon"]
+    print(f"  changes per core / the daemon's decode per core ({daemon:,.0f} row changes/s, change_lines): "
+          f"local[1] {pc['local[1]']:.2f}x, local[2] {pc['local[2]']:.2f}x")
     return 0
 
 

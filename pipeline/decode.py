@@ -35,6 +35,7 @@ from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
 from binlogd.protocol.fileinfo import BinlogInfo, describe
+from binlogd.protocol.jsonrows import images_json
 from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import check_magic, event_bounds, iter_events
 from binlogd.protocol.serialize import change_events, dumps, flatten
@@ -286,6 +287,17 @@ class ChangeRows(Rows):
 
     def _rows(self, event: E.RowsEvent, gtid: str | None, seq: int) -> None:
         convert, file, extra, append = self.convert, self.file, self._extra, self._append
+        if convert is json_text_pair:  # the images' JSON straight from the row images (protocol.jsonrows)
+            h, op = event.header, event.kind
+            images = images_json(event)
+            if op == "update":
+                pairs = zip(images[0::2], images[1::2])
+            else:
+                pairs = ((None, i) for i in images) if op == "insert" else ((i, None) for i in images)
+            for row, (before, after) in enumerate(pairs):
+                append([op, event.schema, event.table, before, after, h.timestamp, gtid, file, h.pos, row,
+                        h.server_id, seq, *extra])
+            return
         for ch in change_events(event, file, gtid):
             src = ch["source"]
             before, after = convert(ch["before"], ch["after"], ch)

@@ -11,8 +11,8 @@ UTF-8, ...) are written from that value. PARTIAL_UPDATE_ROWS events, rows events
 and ``BINLOGD_PURE_PYTHON=1`` take the reference path. The two give the same bytes, down to the
 last one (``tests/unit/test_jsonrows.py``).
 
-:func:`change_lines` (the change-event contract of ARCHITECTURE.md) and :func:`event_json` (``binlogd
-dump --json``) are built on :func:`rows_json`.
+:func:`change_lines` (the change-event contract of ARCHITECTURE.md), :func:`event_json` (``binlogd
+dump --json``) and :func:`images_json` (the Spark source's JSON text columns) are built on :func:`rows_json`.
 """
 
 from __future__ import annotations
@@ -125,6 +125,16 @@ def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None) -> tupl
     if event.kind == "delete":
         return rows_json(event, head, b"", b',"after":null' + tail, b"", b"}}\n")
     return rows_json(event, head, b',"after":', tail, b"", b"}}\n")
+
+
+def images_json(event: E.RowsEvent) -> list[bytes]:
+    """Each row image of ``event`` as JSON, in order (an update's before, then its after): the bytes of
+    ``dumps(image)`` for each row dict. (JSON text never holds a raw newline, which parts the images.)
+
+    Raises:
+        EventDecodeError: malformed rows.
+    """
+    return rows_json(event, b"", b"\n", b"\n")[0].split(b"\n")[:-1]
 
 
 def event_json(event: E.Event, file: str | None = None, next_pos: int | None = None) -> bytes:

@@ -338,3 +338,18 @@ def test_sinks_write_the_reference_lines(tmp_path) -> None:
     assert written == (tmp_path / "b" / "changes-000001.jsonl").read_bytes() == out_rows.getvalue()
     assert out_rows.getvalue() == out_change.getvalue()
     assert sum(counts) == 2 * written.count(b"\n") and written.count(b"\n") >= len(events)
+
+
+def test_images_json_are_dumps_of_each_image() -> None:
+    """images_json (the Spark source's columns): one JSON text per image, an update's before then after."""
+    samples = _corpus_samples()
+    if not samples:
+        pytest.skip("no corpus rows")
+    for s in samples:
+        rowcodec.use_speedups(False)
+        jsonrows.use_speedups(False)
+        rows = E.RowsEvent(s.header, s.kind, 1, 0, "s", "t", s.codec.labels, s).rows
+        reference = [dumps(image) for row in rows for image in (row if s.kind == "update" else (row,))]
+        rowcodec.use_speedups(True)
+        jsonrows.use_speedups(True)
+        assert jsonrows.images_json(E.RowsEvent(s.header, s.kind, 1, 0, "s", "t", s.codec.labels, s)) == reference
