@@ -41,8 +41,6 @@ def _out(data: bytes) -> None:
 def cmd_info(args) -> int:
     import dataclasses
 
-    from binlogd.protocol.serialize import dumps
-
     from . import filetools
 
     status = EXIT_OK
@@ -54,6 +52,8 @@ def cmd_info(args) -> int:
             status = EXIT_BAD_INPUT
             continue
         if args.json:
+            from binlogd.protocol.serialize import dumps  # orjson: only for --json
+
             _out(dumps(dataclasses.asdict(result)) + b"\n")
         else:
             width = max(len(f.name) for f in dataclasses.fields(result))
