@@ -27,6 +27,7 @@ import mmap
 import os
 import sys
 from decimal import Decimal
+from itertools import repeat
 from typing import Iterator
 
 from binlogd.protocol import events as E
@@ -291,12 +292,16 @@ class ChangeRows(Rows):
             h, op = event.header, event.kind
             images = images_json(event)
             if op == "update":
-                pairs = zip(images[0::2], images[1::2])
+                befores, afters = images[0::2], images[1::2]
             else:
-                pairs = ((None, i) for i in images) if op == "insert" else ((i, None) for i in images)
-            for row, (before, after) in enumerate(pairs):
-                append([op, event.schema, event.table, before, after, h.timestamp, gtid, file, h.pos, row,
-                        h.server_id, seq, *extra])
+                befores, afters = (images, [None] * len(images)) if op == "delete" else ([None] * len(images), images)
+            n = len(befores)
+            columns = (repeat(op, n), repeat(event.schema, n), repeat(event.table, n), befores, afters,
+                       repeat(h.timestamp, n), repeat(gtid, n), repeat(file, n), repeat(h.pos, n), range(n),
+                       repeat(h.server_id, n), repeat(seq, n), *(repeat(x, n) for x in extra))
+            for col, values in zip(self.cols, columns):  # a column at a time: CHANGES_COLUMNS' order
+                col.extend(values)
+            self.n += n
             return
         for ch in change_events(event, file, gtid):
             src = ch["source"]
