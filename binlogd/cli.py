@@ -195,10 +195,32 @@ def build_parser(command: str | None = None):
     return parser
 
 
+def _import_orjson() -> None:
+    """Import orjson with Ctrl-C held back until it is done: its module init crashes the process
+    (SIGSEGV) when a KeyboardInterrupt comes up inside it (one of the imports it does itself fails).
+    A Ctrl-C meanwhile is raised right after, as a KeyboardInterrupt."""
+    import signal
+    import threading
+
+    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            or threading.current_thread() is not threading.main_thread()):
+        import orjson  # noqa: F401  (Ctrl-C ignored or handled elsewhere: nothing to hold back)
+        return
+    caught = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        import orjson  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. Ctrl-C at any point (imports included) exits 130 quietly."""
     argv = sys.argv[1:] if argv is None else argv
     try:
+        _import_orjson()
         if argv[:1] == ["spark"]:  # its own parser: binlogd spark index|changes|zip …
             from binlogd.pipeline.__main__ import main as spark_main
 

@@ -100,3 +100,30 @@ def test_core_dumps_are_turned_off():
     assert out.returncode == 0 and not out.stderr, out.stderr
     before, after = out.stdout.splitlines()
     assert before.startswith("1 ") and after == "0 (0, 0)"  # PR_GET_DUMPABLE = 3
+
+
+_ORJSON = """import os, signal, sys, threading, time
+try:
+    threading.Timer(float(sys.argv[1]), os.kill, (os.getpid(), signal.SIGINT)).start()
+    from binlogd.cli import _import_orjson
+    {import_}
+    time.sleep(2)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _ctrl_c_during_orjson_import(import_: str) -> dict[int, int]:
+    """Exit codes (and how many) of 40 runs whose Ctrl-C lands 0-30 ms into importing orjson."""
+    codes: dict[int, int] = {}
+    for i in range(40):
+        run = subprocess.run([sys.executable, "-c", _ORJSON.format(import_=import_), str(i * 0.00075)],
+                             capture_output=True, timeout=60)
+        codes[run.returncode] = codes.get(run.returncode, 0) + 1
+    return codes
+
+
+def test_ctrl_c_inside_the_orjson_import_does_not_crash():
+    """orjson's module init segfaults when a KeyboardInterrupt comes up inside it (one of its own
+    imports fails); main() imports it with SIGINT held back, so the Ctrl-C is a KeyboardInterrupt after."""
+    assert _ctrl_c_during_orjson_import("_import_orjson()") == {130: 40}
