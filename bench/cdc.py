@@ -64,7 +64,7 @@ def _file_key(name: str) -> int:
     return int(name.rsplit(".", 1)[1])
 
 
-def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict,
+def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict, schema_source: str = "auto",
                 profile: Path | None = None) -> tuple[float, float, int]:
     """``binlogd run`` from ``first_file``:4 until its checkpoint reaches ``target``.
 
@@ -75,7 +75,7 @@ def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict,
     sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
             "source.password": srv.repl_password, "source.start": f"file:{first_file}:4",
             "source.server_id": str(next(_server_ids)), "checkpoint.path": str(checkpoint),
-            "sink.kind": "jsonl", "sink.path": str(sink), "metrics.listen": ""}
+            "sink.kind": "jsonl", "sink.path": str(sink), "metrics.listen": "", "schema.source": schema_source}
     prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
     cmd = prefix + ["-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     errlog = open(workdir / "binlogd.log", "w+")
@@ -167,6 +167,7 @@ def _timed(fn, *args, **kwargs):
 def _profile_text(path: Path, top: int = 25) -> str:
     buf = io.StringIO()
     pstats.Stats(str(path), stream=buf).sort_stats("tottime").print_stats(top)
+    pstats.Stats(str(path), stream=buf).sort_stats("cumtime").print_stats(top)
     return buf.getvalue()
 
 
@@ -179,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="one more binlogd run under cProfile (top 25)")
     ap.add_argument("--pure-python", action="store_true", help="binlogd with BINLOGD_PURE_PYTHON=1")
     ap.add_argument("--binlogd-only", action="store_true", help="time binlogd alone (no ratios: for profiling)")
+    ap.add_argument("--schema-source", default="auto", choices=("auto", "none"),
+                    help="binlogd's [schema] source (default auto, binlogd's default; none: no schema history, "
+                         "the same output with FULL row metadata, without its seed's scan of the backlog)")
     ns = ap.parse_args(argv)
     if ns.rows < 20:
         ap.error("--rows must be at least 20")
@@ -217,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             for rnd in range(ns.repeat):
                 run_dir = work / f"binlogd-{rnd}"
                 run_dir.mkdir()
-                seconds, first_line, counts["binlogd"] = run_binlogd(srv, first, target, run_dir, env)
+                seconds, first_line, counts["binlogd"] = run_binlogd(srv, first, target, run_dir, env,
+                                                                     ns.schema_source)
                 shutil.rmtree(run_dir)
                 times["binlogd"].append(seconds)
                 first_lines.append(first_line)
@@ -238,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             if ns.profile:
                 run_dir = work / "profile"
                 run_dir.mkdir()
-                run_binlogd(srv, first, target, run_dir, env, profile=work / "binlogd.prof")
+                run_binlogd(srv, first, target, run_dir, env, ns.schema_source, profile=work / "binlogd.prof")
                 profile = _profile_text(work / "binlogd.prof")
             server_version = srv.version
     finally:
@@ -254,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "cdc", "date": started.isoformat(timespec="seconds"), "machine": machine(),
         "server": server_version, "peer": f"python-mysql-replication {peer_version}",
-        "binlogd_speedups": not ns.pure_python,
+        "binlogd_speedups": not ns.pure_python, "binlogd_schema_source": ns.schema_source,
         "workload": {**expected, "row_changes": total, "binlog_bytes": nbytes}, "rounds": ns.repeat,
         "seconds": times, "rows_per_s": {k: {"best": best[k], "min": v[0]} for k, v in rates.items()},
         "binlogd_first_line_seconds": min(first_lines),
@@ -272,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cdc benchmark, {result['date']}, {m['cpu']} ({m['cores']} cores), Python {m['python']}, "
               f"{server_version}, load average {os.getloadavg()[0]:.1f}")
         print(f"backlog: {total} row changes ({expected}), {nbytes / 1e6:.1f} MB of binlog; "
-              f"{ns.repeat} interleaved rounds; binlogd {'with' if not ns.pure_python else 'without'} C speedups")
+              f"{ns.repeat} interleaved rounds; binlogd {'with' if not ns.pure_python else 'without'} C speedups, "
+              f"schema.source = {ns.schema_source}")
         modes = {"binlogd": "binlogd run, jsonl sink, durable, from process start",
                  "python-mysql-replication": f"{peer_version}, one json.dumps per row to a file",
                  "mariadb-binlog (files)": "-vv from the files, to /dev/null",
