@@ -27,7 +27,7 @@ from pathlib import Path
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
 
-from binlogd.schema import Entry, HistoryWriter, SchemaHistoryError, SchemaTracker, TableDef, agrees, ddl, read_history
+from binlogd.schema import Entry, HistoryWriter, SchemaHistoryError, SchemaTracker, TableDef, agrees, read_history
 from binlogd.schema.catalog import Catalog
 from binlogd.schema.changes import CreateTable, tables_named
 from binlogd.schema.history import position_key
@@ -115,6 +115,8 @@ class ServerSchema:
             return None
         if not rows or len(rows[0]) < 2:
             return None
+        from binlogd.schema import ddl  # sqlglot only once a statement is to be read
+
         changes = ddl.parse(rows[0][1], schema)
         if len(changes) != 1 or not isinstance(changes[0], CreateTable):
             return None
@@ -148,6 +150,8 @@ class ServerSchema:
     async def ddl_tables_since(self, file: str, pos: int, limit: int = SCAN_LIMIT) -> set | None:
         """The tables DDL logged from ``file:pos`` to the end of the binlog names (``(db, "*")``: a whole
         database); None when that is not known (an unreadable statement, or more than ``limit`` events)."""
+        from binlogd.schema import ddl
+
         files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
         names, seen = set(), 0
         for name in files:

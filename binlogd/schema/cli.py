@@ -19,7 +19,6 @@ from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.reader import iter_events
 
-from . import ddl
 from .changes import Unparsed
 from .history import Entry, SchemaHistoryError, SchemaTracker, read_history
 from .sqltext import expand_comments, split_statements
@@ -50,6 +49,8 @@ def seed_entries(tracker: SchemaTracker, text: str, file: str, pos: int) -> list
     Raises:
         SchemaHistoryError: a statement of the seed cannot be parsed (naming it).
     """
+    from . import ddl  # sqlglot only once a statement is to be read
+
     db, out = "", []
     for statement in split_statements(text):
         words = expand_comments(statement).split(None, 1)

@@ -27,7 +27,6 @@ from binlogd.protocol.charsets import charset_for_collation
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.errors import BinlogError
 
-from . import ddl
 from .catalog import DROPPED, UNKNOWN, Catalog
 from .changes import Unparsed
 from .model import CheckedSchema, TableDef, charset_name, compile_schema
@@ -257,6 +256,8 @@ class SchemaTracker:
         return ()
 
     def _query(self, event, file: str, end: int) -> list[Entry]:
+        from . import ddl  # sqlglot (70 ms to import) only once a statement is to be read
+
         changes = ddl.parse(event.query, event.schema, event.status.get("sql_mode", 0), self.server_version)
         if not changes:
             return []
