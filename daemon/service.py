@@ -64,7 +64,8 @@ class Daemon:
         metrics: the Metrics to report to (default: a new one).
     Fields:
         sink, store, committer, metrics: the sink, the checkpoint store, the commit pipeline.
-        schema: the schema history (:class:`~binlogd.daemon.schema.DaemonSchema`), None with ``schema.source = "none"``.
+        schema: the schema history (:class:`~binlogd.daemon.schema.DaemonSchema`), None with ``schema.source = "none"``
+            or a sink that takes no rows.
         consumer: the current session's :class:`Consumer` (None before the first).
         failover: the :class:`Failover` with several ``source.hosts`` (from :meth:`start`), else None.
         sessions: sessions that reached streaming.
@@ -79,7 +80,9 @@ class Daemon:
         self.store = CheckpointStore(config.checkpoint.path, config.checkpoint.lock)
         self.sink = make_sink(config.sink)
         self.committer = Committer(self.sink, self.store, self.metrics, None)
-        self.schema = None if config.schema.source == "none" else DaemonSchema(
+        # a sink that takes no rows (the raw archive) names no columns: it keeps no schema history
+        names = config.schema.source != "none" and self.sink.wants_rows
+        self.schema = None if not names else DaemonSchema(
             history_path(config.schema.history_path, config.checkpoint.path),
             ServerSchema(self._admin_connection), config.filters.table_selected,
             self.metrics, self.log)
