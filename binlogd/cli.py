@@ -46,18 +46,19 @@ def cmd_info(args) -> int:
     status = EXIT_OK
     for path in args.files:
         try:
-            result = filetools.info(path)
+            result, bytes_read = filetools.measured_info(path)
         except (BinlogError, OSError) as exc:
             _error(path, exc)
             status = EXIT_BAD_INPUT
             continue
+        report = dict(dataclasses.asdict(result), bytes_read=bytes_read)
         if args.json:
             from binlogd.protocol.serialize import dumps  # orjson: only for --json
 
-            _out(dumps(dataclasses.asdict(result)) + b"\n")
+            _out(dumps(report) + b"\n")
         else:
-            width = max(len(f.name) for f in dataclasses.fields(result))
-            for key, value in dataclasses.asdict(result).items():
+            width = max(len(key) for key in report)
+            for key, value in report.items():
                 _out(f"{key:<{width}}  {'' if value is None else value}\n".encode())
             _out(b"\n")
     return status
@@ -151,7 +152,8 @@ def cmd_demo(args) -> int:
 
 def _error(path: str, exc: BaseException) -> None:
     message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    print(f"binlogd: {path}: {message}", file=sys.stderr)
+    prefix = "" if message.startswith(f"{path}: ") else f"{path}: "  # storage errors name their URI
+    print(f"binlogd: {prefix}{message}", file=sys.stderr)
 
 
 def build_parser(command: str | None = None):

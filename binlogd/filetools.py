@@ -5,6 +5,8 @@ The decoding is binlogd.protocol's: :func:`binlogd.protocol.fileinfo.describe` f
 regular file whole; a pipe, a FIFO, a character device or standard input (``-``) is read as a
 stream through :class:`binlogd.protocol.reader.EventReader`, which needs no size and holds one
 event at a time. A file that holds only the binlog magic is truncated for both tools (exit 1).
+Object-store URIs (``s3://`` ..., :mod:`binlogd.storage`) are read with ranged requests: ``info``
+asks for the first events and the last few KB, ``dump`` streams the object in bounded blocks.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from binlogd.protocol.errors import BinlogError, TruncatedError
 from binlogd.protocol.events import Event
 from binlogd.protocol.fileinfo import BinlogInfo, describe
 from binlogd.protocol.reader import ONLY_MAGIC, EventReader, check_magic, iter_events
+
+from . import storage
 
 STDIN = "-"          # the file name that means standard input
 _CHUNK = 1 << 20     # bytes asked for per read of a stream
@@ -42,20 +46,31 @@ def _kind(mode: int) -> str:
 
 
 def info(path: str | os.PathLike) -> BinlogInfo:
-    """Describe one binlog file (``-``: standard input redirected from a file), seeking where it can.
+    """Describe one binlog file or object: :func:`measured_info` without the byte count."""
+    return measured_info(path)[0]
+
+
+def measured_info(path: str | os.PathLike) -> tuple[BinlogInfo, int]:
+    """Describe one binlog file (``-``: standard input redirected from a file) or object-store URI,
+    seeking (ranged reads) where it can.
 
     Returns:
-        The :class:`BinlogInfo`, ``file`` being ``path`` as given.
+        (the :class:`BinlogInfo`, ``file`` being ``path`` as given; the bytes read to describe it).
     Raises:
-        BinlogError: not a binlog, or no complete FORMAT_DESCRIPTION at its start.
+        BinlogError: not a binlog, or no complete FORMAT_DESCRIPTION at its start;
+            :class:`binlogd.storage.StorageError` for a missing, refused or unreadable object.
         OSError: the file cannot be read, or is not a regular file (a pipe cannot be sought in).
     """
+    if storage.scheme(path):  # s3://, file:// ...: the remote code path, file:// read locally
+        with storage.open_input(path) as fh:
+            return describe(fh, os.fspath(path)), fh.bytes_read
     with _open(path) as fh:
         mode = os.fstat(fh.fileno()).st_mode
         if not stat.S_ISREG(mode):
             raise OSError(errno.ESPIPE, f"{_kind(mode)}, not a regular file: info seeks in files "
                                         "(binlogd dump reads pipes and standard input)")
-        return describe(fh, os.fspath(path))
+        counted = storage.CountingReader(fh, os.fstat(fh.fileno()).st_size)
+        return describe(counted, os.fspath(path)), counted.bytes_read
 
 
 def mapped(path: str | os.PathLike) -> memoryview:
@@ -79,7 +94,8 @@ def dump_events(path: str | os.PathLike, start_position: int | None = None,
     """Decode the events of one file from ``start_position`` (an event boundary) to before ``stop_position``.
 
     ``path`` may be a regular file (mapped), or a pipe, FIFO, device or ``-`` (standard input),
-    read as a stream. Consume each event before asking for the next: rows are decoded lazily.
+    read as a stream, or a URI (``s3://``, ``file://`` ...), streamed in blocks of a MiB. Consume each
+    event before asking for the next: rows are decoded lazily.
     ``schema_source`` names the columns of TABLE_MAPs without names (see :class:`Decoder`).
 
     Raises:
@@ -88,6 +104,10 @@ def dump_events(path: str | os.PathLike, start_position: int | None = None,
         OSError: the file cannot be opened or read.
     """
     decoder, start = Decoder(schema_source=schema_source), start_position or 4
+    if storage.scheme(path):
+        with storage.open_input(path, block_size=_CHUNK) as fh:
+            yield from _stream(fh, os.fspath(path), decoder, start, stop_position)
+        return
     with _open(path) as fh:
         mode = os.fstat(fh.fileno()).st_mode
         if not stat.S_ISREG(mode):
@@ -118,4 +138,4 @@ def _stream(fh: BinaryIO, kind: str, decoder: Decoder, start: int, stop: int | N
         raise TruncatedError(ONLY_MAGIC, 4)
 
 
-__all__ = ["STDIN", "BinlogInfo", "BinlogError", "dump_events", "info", "mapped"]
+__all__ = ["STDIN", "BinlogInfo", "BinlogError", "dump_events", "info", "mapped", "measured_info"]

@@ -201,7 +201,7 @@ def test_cli_info_json_keys(corpus, capsys):
     objs = _json_lines(out)
     assert [o["file"] for o in objs] == paths
     for obj in objs:
-        assert set(obj) == keys | {"truncated_at"}
+        assert set(obj) == keys | {"truncated_at", "bytes_read"}  # bytes_read: README, "Object storage"
     assert objs[0]["checksum"] == "CRC32" and objs[0]["method"] == "seek"
     assert objs[0]["next_file"] == "mysql-bin.000002"
     assert objs[1]["truncated_at"] == 120 and objs[1]["method"] == "scan"

@@ -174,9 +174,10 @@ def test_importing_protocol_loads_no_io_modules():
 # Each layer may import these binlogd packages (its own included); only the CLI layer imports everything.
 LAYERS = {
     "binlogd.schema": frozenset({"binlogd.protocol", "binlogd.schema"}),
-    "binlogd.daemon": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.daemon"}),
-    "binlogd.pipeline": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.pipeline"}),
+    "binlogd.daemon": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.storage", "binlogd.daemon"}),
+    "binlogd.pipeline": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.storage", "binlogd.pipeline"}),
 }
+# binlogd.storage (the filesystem layer: local paths and object-store URIs) imports only protocol.
 LAYER_FOLDERS = {"binlogd.schema": REPO / "binlogd" / "schema", "binlogd.daemon": REPO / "daemon",
                  "binlogd.pipeline": REPO / "pipeline"}
 # The schema layer does no network I/O either (ARCHITECTURE.md: it only parses and stores definitions).
