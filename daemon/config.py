@@ -211,9 +211,34 @@ class CheckpointConfig(_Section):
 
 
 @dataclass(frozen=True)
+class UploadConfig(_Section):
+    """``[sink.upload]``, the archive's uploads of closed files (README, "Object storage"). Fields: url (``s3://bucket/
+    prefix``, any :mod:`binlogd.storage` URI; unset: no uploads); endpoint, region, path_style (how to reach the
+    store; endpoint defaults to AWS_ENDPOINT_URL); delete_after_upload (remove the local file once its upload is
+    verified); part_size_mb (multipart part size, >= 5); retry_seconds (wait after a failed upload)."""
+
+    SECTION: ClassVar[str] = "sink.upload"
+    url: str | None = None
+    endpoint: str | None = None
+    region: str | None = None
+    path_style: bool = False
+    delete_after_upload: bool = False
+    part_size_mb: int = _f(64, lo=5, hi=5120)
+    retry_seconds: float = _f(5.0, lo=0.0, lo_open=True)
+
+    def _check(self) -> None:
+        from binlogd.storage import REMOTE_SCHEMES, scheme
+
+        if self.url and scheme(self.url) not in REMOTE_SCHEMES | {"file"}:
+            raise ConfigError("sink.upload.url", f"must be a URI (s3://bucket/prefix, gs://, abfs://, hdfs://, "
+                                                 f"file://), got {self.url!r}")
+
+
+@dataclass(frozen=True)
 class SinkConfig(_Section):
     """``[sink]``. Fields: kind (jsonl, archive, stdout); path (output directory for jsonl/archive);
-    max_file_bytes, max_file_seconds (rotate jsonl files; 0: no limit); fsync (before the checkpoint moves)."""
+    max_file_bytes, max_file_seconds (rotate jsonl files; 0: no limit); fsync (before the checkpoint moves);
+    upload (:class:`UploadConfig`, archive only)."""
 
     SECTION: ClassVar[str] = "sink"
     kind: str = _f("jsonl", choices=("jsonl", "archive", "stdout"))
@@ -221,10 +246,14 @@ class SinkConfig(_Section):
     max_file_bytes: int = _f(256 * 1024 * 1024, lo=0, hi=2**63 - 1)
     max_file_seconds: float = _f(3600.0, lo=0.0)
     fsync: bool = True
+    upload: UploadConfig = field(default_factory=UploadConfig)
 
     def _check(self) -> None:
         if self.kind != "stdout" and not self.path.strip():
             raise ConfigError("sink.path", f"must be a directory for kind {self.kind!r}, got ''")
+        if self.upload.url and self.kind != "archive":
+            raise ConfigError("sink.upload.url", f"uploads closed archive files: needs sink.kind 'archive', "
+                                                 f"not {self.kind!r}")
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ class Metrics:
         registry: the :class:`CollectorRegistry` holding every ``binlogd_*`` metric.
         table_labels: whether ``binlogd_rows_total`` is split by schema and table.
         clock: callable returning wall-clock seconds (injected so tests control time).
+        upload_pending, upload_bytes, upload_errors: the archive uploader's gauge and counters (set and
+            incremented by :class:`binlogd.daemon.sinks.upload.Uploader` directly).
     """
 
     def __init__(self, *, table_labels: bool = False, clock: Callable[[], float] = time.time) -> None:
@@ -101,6 +103,13 @@ class Metrics:
                                   registry=r)
         self._source_labels: tuple[str, str, str, str] | None = None
         self._file_index.set(-1)
+        # The archive's uploads (daemon/sinks/upload.py, its worker thread): prometheus_client is thread-safe.
+        self.upload_pending = Gauge("binlogd_upload_pending_files", "Closed archive files not yet uploaded and "
+                                    "verified", registry=r)
+        self.upload_bytes = Counter("binlogd_upload_bytes_total", "Bytes of archive files uploaded and verified",
+                                    registry=r)
+        self.upload_errors = Counter("binlogd_upload_errors_total", "Failed uploads or verifications of archive "
+                                     "files (each retried)", registry=r)
 
         self._event_children: dict[str, object] = {}
         self._row_children: dict[tuple[str, str, str], object] = {}

@@ -78,7 +78,7 @@ class Daemon:
         self.log = log or logging.getLogger("binlogd")
         self.metrics = metrics or Metrics(table_labels=config.metrics.table_labels)
         self.store = CheckpointStore(config.checkpoint.path, config.checkpoint.lock)
-        self.sink = make_sink(config.sink)
+        self.sink = make_sink(config.sink, self.metrics, self.log)
         self.committer = Committer(self.sink, self.store, self.metrics, None)
         # a sink that takes no rows (the raw archive) names no columns: it keeps no schema history
         names = config.schema.source != "none" and self.sink.wants_rows

@@ -17,8 +17,8 @@ from __future__ import annotations
 from .base import Sink, SinkError
 
 
-def make_sink(config) -> Sink:
-    """The sink a :class:`daemon.config.SinkConfig` names."""
+def make_sink(config, metrics=None, log=None) -> Sink:
+    """The sink a :class:`daemon.config.SinkConfig` names (``metrics``, ``log``: for the archive's uploads)."""
     if config.kind == "jsonl":
         from .jsonl import JsonLinesSink
 
@@ -26,12 +26,26 @@ def make_sink(config) -> Sink:
     if config.kind == "archive":
         from .archive import ArchiveSink
 
-        return ArchiveSink(config.path, config.fsync)
+        return ArchiveSink(config.path, config.fsync, _uploader(config, metrics, log))
     if config.kind == "stdout":
         from .stdout import StdoutSink
 
         return StdoutSink()
     raise SinkError(f"unknown sink kind {config.kind!r}")
+
+
+def _uploader(config, metrics, log):
+    """The archive's :class:`~.upload.Uploader` for ``[sink.upload]``, None without a url."""
+    up = config.upload
+    if not up.url:
+        return None
+    from binlogd.storage import Options
+
+    from .upload import Uploader
+
+    return Uploader(config.path, up.url, Options(up.endpoint, up.region, up.path_style),
+                    delete_after_upload=up.delete_after_upload, part_size=up.part_size_mb << 20,
+                    retry_seconds=up.retry_seconds, metrics=metrics, log=log)
 
 
 __all__ = ["Sink", "SinkError", "make_sink"]

@@ -7,6 +7,10 @@ primary's files and are not written. One byte differs from the primary's active 
 LOG_EVENT_BINLOG_IN_USE_F flag (file offset 21), which the server sets on disk
 while the file is open and clears in what it sends. Its CRC32 is computed
 with the flag clear, so the checksum bytes agree.
+
+With an :class:`~binlogd.daemon.sinks.upload.Uploader`, each file numbered before the one a saved
+checkpoint names is closed and handed to it (:meth:`Uploader.release`): at ``open`` from the
+checkpoint's state, and at each ``begin_sync`` for the file the previous, now saved, sync covered.
 """
 
 from __future__ import annotations
@@ -31,9 +35,12 @@ class ArchiveSink(Sink):
 
     wants_rows = False
 
-    def __init__(self, directory: str | os.PathLike, fsync: bool = True):
+    def __init__(self, directory: str | os.PathLike, fsync: bool = True, uploader=None):
         self.directory = Path(directory)
         self.fsync = fsync
+        self.uploader = uploader  # an Uploader, or None
+        self._flushed_name: str | None = None  # the file the last flush's state names
+        self._syncing_name: str | None = None  # ... and the state of the sync in flight
         self._fh = None
         self._name: str | None = None
         self._size = 0
@@ -54,6 +61,8 @@ class ArchiveSink(Sink):
                 with open(path, "r+b") as fh:
                     fh.truncate(size)
                 self._name, self._size = state["file"], size
+                if self.uploader is not None:
+                    self.uploader.release(self._name)
         except OSError as exc:
             raise SinkError(f"archive in {self.directory}: {exc.strerror}") from exc
 
@@ -136,10 +145,14 @@ class ArchiveSink(Sink):
                 self._unsynced.append(os.dup(self._fh.fileno()))  # the file may be closed before sync()
         except OSError as exc:
             raise SinkError(f"cannot write archive file {self._name}: {exc.strerror}") from exc
+        self._flushed_name = self._name
         return {"file": self._name, "size": self._size}
 
     def begin_sync(self) -> None:
         self._syncing, self._unsynced = self._unsynced, []
+        if self.uploader is not None:  # the previous sync and its checkpoint are saved: files before it are closed
+            self.uploader.release(self._syncing_name)
+            self._syncing_name = self._flushed_name
 
     def sync(self) -> None:
         sync_all(self._syncing, f"the archive files in {self.directory}")
