@@ -108,3 +108,85 @@ def s3_server():
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+class Gate:
+    """A TCP proxy in front of the store for outage tests: ``127.0.0.1:port`` forwards to ``target_port``.
+
+    Modes (set :attr:`mode`): ``"open"`` forwards; ``"down"`` closes new connections at once (a store that
+    is down); ``"hang"`` forwards the first :attr:`hang_after` client bytes of each new connection and then
+    holds the rest (an upload stuck mid-request). :meth:`cut` closes every open connection. Counters:
+    :attr:`hung` (connections holding bytes now), :attr:`accepted`.
+    """
+
+    def __init__(self, target_port: int):
+        import threading
+
+        self.target_port, self.mode, self.hang_after = target_port, "open", 1 << 20
+        self.hung = self.accepted = 0
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.mode == "down":
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+            limit = self.hang_after if self.mode == "hang" else None
+            threading.Thread(target=self._pump, args=(client, upstream, limit), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, None), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        sent = 0
+        try:
+            while data := src.recv(65536):
+                if limit is not None and sent + len(data) > limit:
+                    dst.sendall(data[:limit - sent])
+                    self.hung += 1
+                    while src.recv(65536):  # hold the rest until the connection is cut
+                        pass
+                    return
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        """Close every connection open now (the client sees a reset or an early EOF)."""
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+        self.hung = 0
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
