@@ -38,8 +38,10 @@ from binlogd.protocol.errors import BinlogError, TruncatedError
 from binlogd.protocol.fileinfo import BinlogInfo, describe
 from binlogd.protocol.jsonrows import images_json
 from binlogd.protocol.position import Position, PositionTracker
-from binlogd.protocol.reader import check_magic, event_bounds, iter_events
+from binlogd.protocol.reader import EventReader, check_magic, event_bounds, iter_events
 from binlogd.protocol.serialize import change_events, dumps, flatten
+
+from binlogd import storage
 
 EVENTS_COLUMNS = ("file", "pos", "next_pos", "timestamp", "type", "server_id", "event_length", "gtid", "xid",
                   "inner")
@@ -89,10 +91,49 @@ def mapped(path: str, size: int | None = None) -> memoryview:
     return view if size is None or size >= actual else view[:size]
 
 
+def is_remote(path: str) -> bool:
+    """``path`` is an object-store URI (read with ranged requests, not mapped)."""
+    return storage.is_remote(path)
+
+
+_BLOCK = 4 << 20  # bytes per ranged read of an object: what a remote partition holds at most (plus one event)
+
+
 def file_info(path: str) -> BinlogInfo:
-    """:func:`binlogd.protocol.fileinfo.describe` of the file at ``path`` (it seeks: no full read)."""
+    """:func:`binlogd.protocol.fileinfo.describe` of the file or object at ``path`` (it seeks: no full read)."""
+    if is_remote(path):
+        with storage.open_input(path) as fh:
+            return describe(fh, path)
     with open(path, "rb") as fh:
         return describe(fh, path)
+
+
+def remote_walk(path: str, start: int = 4, stop: int | None = None, fde: int = 4,
+                partial_tail: bool = False, schema_source=None) -> Iterator[E.Event]:
+    """:func:`walk` over an object-store URI, streamed in ranged reads of ``_BLOCK`` bytes: memory stays
+    bounded whatever the object's size. Raises as :func:`walk` does, and StorageError."""
+    with storage.open_input(path, block_size=_BLOCK) as fh:
+        end = fh.size if stop is None else min(stop, fh.size)
+        decoder = Decoder(schema_source=schema_source)
+        if start > 4:  # prime with the events at 4 and fde, then read from start
+            head = fh.read(fde + 19)
+            if len(head) >= fde + 19:
+                head += fh.read(fde + int.from_bytes(head[fde + 9:fde + 13], "little") - len(head))
+            decoder = prime(memoryview(head), fde, schema_source)
+            fh.seek(start)
+        reader, at = EventReader(decoder, expect_magic=start <= 4, offset=start if start > 4 else 0), fh.tell()
+        while at < end:
+            chunk = fh.read(min(_BLOCK, end - at))
+            if not chunk:
+                break
+            at += len(chunk)
+            reader.feed(chunk)
+            while (event := reader.next_event()) is not None:
+                yield event
+        if at == 0:
+            check_magic(b"", 0)  # an empty object: truncated inside the magic
+        if not partial_tail:
+            reader.close()  # raises TruncatedError for bytes left inside an event (or the magic)
 
 
 def prime(view, fde: int = 4, schema_source=None) -> Decoder:
@@ -330,9 +371,10 @@ def read_binlog(path: str, rows: Rows, start: int = 4, stop: int | None = None, 
     ``schema`` (a :class:`binlogd.schema.SchemaTracker` at ``start``) names columns and follows the file's DDL.
     """
     try:
-        view = mapped(path, stop)
-        name = os.path.basename(path)
-        for event in walk(view, start, stop, fde, partial_tail, schema.lookup if schema is not None else None):
+        name, lookup = os.path.basename(path), schema.lookup if schema is not None else None
+        events = (remote_walk(path, start, stop, fde, partial_tail, lookup) if is_remote(path)
+                  else walk(mapped(path, stop), start, stop, fde, partial_tail, lookup))
+        for event in events:
             if schema is not None:
                 schema.observe(event, name, event.header.pos + event.header.event_length)
             rows.add(event)

@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from binlogd import storage
+
 PROGRESS_SECONDS = 1.0
 
 
@@ -102,17 +104,22 @@ def _reader(spark, shape: str, skip_corrupt: bool, **options):
 
 def index_job(spark, paths: list[str], out: str, mode: str = "errorifexists", skip_corrupt: bool = False,
               glob_filter: str | None = None) -> dict:
-    """Write one row per binlog file to Parquet at ``out``; returns a summary dict."""
+    """Write one row per binlog file to Parquet at ``out``; returns a summary dict.
+
+    Object-store paths are listed once, by the source's planner (a prefix of 10,000 objects: one listing).
+    """
     from .paths import expand
 
-    files = expand([os.path.abspath(p) for p in paths], glob_filter)
-    log(f"[index] {len(files)} file(s): one task each, binlogd info by seeking")
+    files = None if any(map(storage.is_remote, paths)) else expand([os.path.abspath(p) for p in paths], glob_filter)
+    what = f"{len(files)} file(s)" if files is not None else ", ".join(paths)
+    log(f"[index] {what}: one task each, binlogd info by seeking")
     df = _reader(spark, "index", skip_corrupt, pathGlobFilter=glob_filter).load(paths)
-    spark.sparkContext.setJobDescription(f"binlog index of {len(files)} files")
+    spark.sparkContext.setJobDescription(f"binlog index of {what}")
     with Progress(spark, "index"):
         df.write.mode(mode).parquet(out)
     written = spark.read.parquet(out)
-    summary = {"files": len(files), "rows": written.count(), "out": out}
+    rows = written.count()
+    summary = {"files": len(files) if files is not None else rows, "rows": rows, "out": out}
     if skip_corrupt:
         corrupt = written.where("_corrupt IS NOT NULL").select("file", "_corrupt").collect()
         summary["corrupt"] = [r["_corrupt"] for r in corrupt]
@@ -142,7 +149,7 @@ def changes_job(spark, paths: list[str], out: str, mode: str = "errorifexists", 
     """Write row changes to Parquet at ``out``, partitioned by schema/table/date, in transaction order."""
     from .paths import expand
 
-    files = expand([os.path.abspath(p) for p in paths], glob_filter)
+    files = expand([p if storage.is_remote(p) else os.path.abspath(p) for p in paths], glob_filter)
     log(f"[changes] {len(files)} file(s): one decode task each")
     df = changes_frame(spark, paths, skip_corrupt, input_kind, daemon_checkpoint, glob_filter)
     spark.sparkContext.setJobDescription(f"binlog changes of {len(files)} files")

@@ -6,6 +6,8 @@ Paths are local (or mounted: NFS, a FUSE bucket, the same path on every executor
 ``*.json``, ``*.lock``, ``*.tmp``, ``*.crc``); ``pathGlobFilter`` narrows by file name.
 Files are ordered as a primary numbers them: by directory, base name, then the
 numeric extension as a number (``mysql-bin.999999`` before ``mysql-bin.1000000``).
+Object-store URIs (``s3://bucket/prefix/``, globs in them; :mod:`binlogd.storage`) are
+listed once each, by the store, with their sizes: no request per object.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import fnmatch
 import glob
 import json
 import os
+
+from binlogd import storage
 
 _SKIP_SUFFIXES = (".index", ".json", ".lock", ".tmp", ".crc")
 _GLOB_CHARS = frozenset("*?[")
@@ -32,6 +36,8 @@ def option_paths(options: dict) -> list[str]:
 
 
 def _local(path: str) -> str:
+    if storage.is_remote(path):
+        return path
     if path.startswith("file://"):
         path = path[len("file://"):]
     elif path.startswith("file:"):
@@ -68,23 +74,40 @@ def list_dir(directory: str) -> list[str]:
 
 
 def expand(paths: list[str], glob_filter: str | None = None, must_exist: bool = True) -> list[str]:
-    """Every file the paths name, in order, without duplicates.
+    """Every file the paths name, in order, without duplicates (:func:`sized` without the sizes)."""
+    return list(sized(paths, glob_filter, must_exist))
+
+
+def sized(paths: list[str], glob_filter: str | None = None, must_exist: bool = True) -> dict[str, int | None]:
+    """Every file the paths name, in order, without duplicates -> its size (None: a named file that
+    does not exist, with ``must_exist`` False). Remote sizes come from one listing per path.
 
     Raises:
         FileNotFoundError: a plain path that does not exist (with ``must_exist``).
+        binlogd.storage.StorageError: a URI whose bucket or prefix is missing or refused.
     """
-    found: list[str] = []
+    found: dict[str, int | None] = {}
     for path in paths:
-        if _GLOB_CHARS.intersection(path):
+        if storage.is_remote(path):
+            for entry in storage.list_files(path):
+                if entry.uri == path or _listable(os.path.basename(entry.uri)):  # a named object is kept
+                    found[entry.uri] = entry.size
+        elif _GLOB_CHARS.intersection(path):
             matches = sorted(glob.glob(path))
             for m in matches:
-                found.extend(list_dir(m) if os.path.isdir(m) else [m] if os.path.isfile(m) else [])
+                found.update(_sizes(list_dir(m)) if os.path.isdir(m) else _sizes([m]) if os.path.isfile(m) else {})
         elif os.path.isdir(path):
-            found.extend(list_dir(path))
-        elif os.path.exists(path) or not must_exist:
-            found.append(path)
+            found.update(_sizes(list_dir(path)))
+        elif os.path.exists(path):
+            found.update(_sizes([path]))
+        elif not must_exist:
+            found[path] = None
         else:
             raise FileNotFoundError(f"binlog: path does not exist: {path}")
     if glob_filter:
-        found = [p for p in found if fnmatch.fnmatchcase(os.path.basename(p), glob_filter)]
-    return sorted(set(found), key=order_key)
+        found = {p: n for p, n in found.items() if fnmatch.fnmatchcase(os.path.basename(p), glob_filter)}
+    return {p: found[p] for p in sorted(found, key=order_key)}
+
+
+def _sizes(files: list[str]) -> dict[str, int]:
+    return {p: os.path.getsize(p) for p in files}

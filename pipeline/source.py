@@ -61,7 +61,7 @@ from pyspark.sql.types import BooleanType, DataType, IntegerType, LongType, Stri
 from binlogd.schema import SchemaTracker, read_history
 
 from . import decode as D
-from .paths import expand, option_paths, order_key, stem
+from .paths import option_paths, order_key, sized, stem
 
 _TYPES: dict[str, DataType] = {
     # events
@@ -261,13 +261,13 @@ class BinlogBatchReader(_Reader, DataSourceReader):
     """``spark.read.format("binlog")``: one partition per file, read up to its size at planning time."""
 
     def partitions(self) -> list[FilePartition]:
-        files = expand(self.opts.paths(), self.opts.glob_filter)
+        files = sized(self.opts.paths(), self.opts.glob_filter)
         if not files:
             raise FileNotFoundError(f"binlog: no files in {', '.join(self.opts.paths())}")
-        kind = _kind(self.opts, files)
+        kind = _kind(self.opts, list(files))
         if kind == "jsonl":
-            return self._jsonl_partitions(files)
-        return [FilePartition(p, kind, 4, os.path.getsize(p) if kind == "binlog" else None) for p in files]
+            return self._jsonl_partitions(list(files))
+        return [FilePartition(p, kind, 4, size if kind == "binlog" else None) for p, size in files.items()]
 
     def _jsonl_partitions(self, files: list[str]) -> list[FilePartition]:
         committed = D.committed_jsonl(self.opts.daemon_checkpoint) if self.opts.daemon_checkpoint else None
@@ -306,18 +306,18 @@ class BinlogStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailab
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {p: os.path.getsize(p) for p in self._listing()}
+        self._target = self._listing()
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest
 
-    def _listing(self) -> list[str]:
-        return [p for p in expand(self.opts.paths(), self.opts.glob_filter) if not D.is_jsonl(p)]
+    def _listing(self) -> dict[str, int]:
+        """The binlog files now -> their sizes (one listing; new objects in a store are new files)."""
+        return {p: n for p, n in sized(self.opts.paths(), self.opts.glob_filter).items() if not D.is_jsonl(p)}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        files = self._listing()
-        if self._target is not None:
-            files = [p for p in files if p in self._target]
+        sizes = self._target if self._target is not None else self._listing()
+        files = list(sizes)
         done = dict(start.get("done", {}))
         entries = {k: dict(v) for k, v in start.get("files", {}).items()}
         max_files = limit.max_files if isinstance(limit, ReadMaxFiles) else None
@@ -337,7 +337,7 @@ class BinlogStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailab
             if (max_files is not None and progressed >= max_files) or (budget is not None and budget <= 0):
                 break
             final = order_key(path) < last_of_stem[key]
-            size = self._target[path] if self._target is not None else os.path.getsize(path)
+            size = sizes[path]
             new = _scan(path, entry, size, final, budget, self.opts.skip_corrupt)
             if new != entry:
                 progressed += 1
@@ -404,6 +404,8 @@ def _scan(path: str, entry: dict, size: int, final: bool, budget: int | None, sk
     if size < 4 + 19 and not final:
         return entry  # a file being created: not even its first event yet
     boundary, boundary_fde = pos, fde
+    if D.is_remote(path):  # an object is written whole, once: complete (a truncated one fails when read)
+        return {"pos": size, "fde": fde, "end": True}
     try:
         if pos == 4 and (budget is None or budget >= size) and os.path.getsize(path) == size:
             if D.file_info(path).method == "seek":

@@ -13,6 +13,7 @@ request is refused as having wrong credentials.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import urllib.request
 import pytest
 
 KEY_ID, SECRET, REGION = "testing", "testing", "us-east-1"
+_REQUEST = re.compile(rb"(?:GET|HEAD|PUT|POST|DELETE) \S+(?= HTTP/1\.[01]\r\n)")
 
 
 def free_port() -> int:
@@ -116,7 +118,8 @@ class Gate:
     Modes (set :attr:`mode`): ``"open"`` forwards; ``"down"`` closes new connections at once (a store that
     is down); ``"hang"`` forwards the first :attr:`hang_after` client bytes of each new connection and then
     holds the rest (an upload stuck mid-request). :meth:`cut` closes every open connection. Counters:
-    :attr:`hung` (connections holding bytes now), :attr:`accepted`.
+    :attr:`hung` (connections holding bytes now), :attr:`accepted`; :attr:`requests`: the HTTP request
+    lines forwarded (``"GET /bucket?list-type=2&prefix=..."``), to count listings.
     """
 
     def __init__(self, target_port: int):
@@ -124,6 +127,7 @@ class Gate:
 
         self.target_port, self.mode, self.hang_after = target_port, "open", 1 << 20
         self.hung = self.accepted = 0
+        self.requests: list[str] = []
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -151,13 +155,15 @@ class Gate:
             with self._lock:
                 self._socks += [client, upstream]
             limit = self.hang_after if self.mode == "hang" else None
-            threading.Thread(target=self._pump, args=(client, upstream, limit), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, limit, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, None), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, limit: int | None, requests: bool = False) -> None:
         sent = 0
         try:
             while data := src.recv(65536):
+                if requests:
+                    self.requests += [m.decode("latin-1") for m in _REQUEST.findall(data)]
                 if limit is not None and sent + len(data) > limit:
                     dst.sendall(data[:limit - sent])
                     self.hung += 1
