@@ -12,6 +12,10 @@ daemon or take its file descriptors:
   request head (at most 8 KiB) must arrive within ``request_timeout`` seconds of the accept, which
   bounds idle and slow (slowloris) clients alike, and the response must be taken within
   ``write_timeout`` seconds. A client that fails either is dropped.
+- Connections are accepted a few at a time (``ACCEPT_BURST`` per wake-up; the rest wait in the kernel's
+  queue, which holds none of our descriptors), so a flood of connects cannot open more sockets before
+  the cap closes them. Should the descriptors still run out, the accept pauses for a second and one
+  line is logged, not a traceback.
 
 GET and HEAD are served; another method gets 405, a request line that is not HTTP 400, a head over
 8 KiB 431, an unknown path 404.
@@ -20,6 +24,7 @@ GET and HEAD are served; another method gets 405, a request line that is not HTT
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
 import socket
 import threading
@@ -31,6 +36,8 @@ from .metrics import Metrics
 __all__ = ["MAX_CONNECTIONS", "MetricsServer", "connection_cap", "parse_listen"]
 
 MAX_CONNECTIONS = 64        # open connections at most (fewer under a low RLIMIT_NOFILE)
+ACCEPT_BURST = 8            # connections accepted per wake-up of the listening socket at most
+LISTEN_BACKLOG = 128        # the kernel's queue of connections not accepted yet
 REQUEST_TIMEOUT = 5.0       # seconds from the accept to the end of the request head
 WRITE_TIMEOUT = 10.0        # seconds for the client to take the response
 HEAD_LIMIT = 8192           # bytes of request line and headers
@@ -107,7 +114,7 @@ class MetricsServer:
             return self
         host, port, family = parse_listen(self.listen)
         try:
-            sock = socket.create_server((host, port), family=family, backlog=128)
+            sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
         except OSError as e:
             raise OSError(e.errno, f"cannot listen for metrics on {self.listen}: {e.strerror or e}") from e
         self._cap = self.max_connections or connection_cap()
@@ -138,8 +145,13 @@ class MetricsServer:
 
     async def _serve(self, sock: socket.socket, started: threading.Event) -> None:
         self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
+        self._loop.set_exception_handler(_log_loop_error)
         try:
-            server = await asyncio.start_server(self._client, sock=sock, limit=HEAD_LIMIT)
+            # asyncio accepts up to `backlog` connections per wake-up and also passes it to listen():
+            # a small burst, then the kernel's queue back at its size
+            server = await asyncio.start_server(self._client, sock=sock, limit=HEAD_LIMIT,
+                                                backlog=min(ACCEPT_BURST, self._cap))
+            sock.listen(LISTEN_BACKLOG)
         finally:
             started.set()
         async with server:
@@ -203,6 +215,13 @@ class MetricsServer:
         else:
             return _message(404, "not found\n")
         return _render(status, body, content_type, head_only=method == "HEAD")
+
+
+def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """The metrics loop's errors (an accept out of descriptors, say) as one log line, no traceback."""
+    exc = context.get("exception")
+    logging.getLogger("binlogd").warning("metrics server: %s%s", context.get("message", "error"),
+                                         f" ({exc})" if exc else "")
 
 
 def _message(status: int, text: str, extra: list[tuple[str, str]] = ()) -> bytes:

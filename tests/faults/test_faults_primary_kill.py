@@ -117,7 +117,9 @@ def test_backoff_delays_as_logged(mariadb, tmp_path):
     with FaultProxy(mariadb.host, mariadb.port) as proxy:
         o = base_overrides(mariadb, tmp_path, **{"source.port": str(proxy.port), "source.tls.mode": "disabled",
                                                  "reconnect.initial_seconds": "0.1", "reconnect.max_seconds": "0.8",
-                                                 "reconnect.jitter": "0"})
+                                                 "reconnect.jitter": "0",
+                                                 # the replication connection only: no schema lookups through the proxy
+                                                 "schema.source": "none"})
         daemon = DaemonProcess(o)
         report = []
         try:

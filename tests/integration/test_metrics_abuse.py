@@ -112,8 +112,13 @@ def _healthz(port: int) -> int:
 
 
 def _fds(pid: int) -> tuple[int, int]:
-    """(open fds, of which sockets) of process ``pid``."""
-    links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    """(open fds, of which sockets) of process ``pid`` (an fd closed while it is listed is not counted)."""
+    links = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            pass
     return len(links), sum(1 for link in links if link.startswith("socket:"))
 
 
