@@ -13,12 +13,12 @@ are memoryviews of those buffers: no copy from the socket to the sink.
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import ssl
 from dataclasses import dataclass
 
 from binlogd.protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com_register_slave
+from binlogd.protocol.decoder import version_tuple
 from binlogd.protocol.errors import BinlogError, ProtocolError, ServerError, TruncatedError
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.packet import BufferedPacketReader, encode_packet, is_eof, is_err, parse_err
@@ -116,11 +116,6 @@ async def admin_connection(source):
     return conn
 
 
-def _version(text: str) -> tuple[int, int, int]:
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
-    return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
-
-
 class SourceConnection:
     """A replica's connection: connect, inspect, register, dump, then read event packets.
 
@@ -185,7 +180,7 @@ class SourceConnection:
         if flavor == "mysql":
             uuid, mode = (await self.query("SELECT @@server_uuid, @@gtid_mode"))[0]
             gtid_mode = str(mode).upper() == "ON"
-        self.info = ServerInfo(flavor, _version(version_text), version_text, int(server_id), str(uuid), gtid_mode,
+        self.info = ServerInfo(flavor, version_tuple(version_text), version_text, int(server_id), str(uuid), gtid_mode,
                                str(checksum).upper())
         return self.info
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 
+from binlogd.protocol.decoder import version_tuple
+
 
 def version_id(server_version: str) -> tuple[bool, int]:
     """(is MariaDB, version as the server's MYSQL_VERSION_ID: 10.11.19 → 101119) from an FDE's version;
     an unknown version runs every versioned comment."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", server_version or "")
-    number = int(m[1]) * 10000 + int(m[2]) * 100 + int(m[3]) if m else 999999
+    major, minor, patch = version_tuple(server_version or "")
+    number = major * 10000 + minor * 100 + patch if major else 999999
     return "mariadb" in (server_version or "").lower(), number
 
 
