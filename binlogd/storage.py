@@ -106,7 +106,6 @@ def filesystem(uri: str, options: Options | None = None):
         kwargs["client_kwargs"] = client
         if opts.path_style:
             kwargs["config_kwargs"] = {"s3": {"addressing_style": "path"}}
-        kwargs["skip_instance_cache"] = False
     try:
         import fsspec
         from fsspec.core import split_protocol
