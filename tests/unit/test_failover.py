@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import pytest
 from binlogd.daemon.failover import (
@@ -40,10 +39,6 @@ NOT_IN_BINLOG = ("binlog dump: the primary cannot send the requested binlog (err
 PURGED_REFUSAL = ("binlog dump: the primary cannot send the requested binlog (error 1236: Could not find GTID state "
                   "requested by slave in any binlog files. Probably the slave state is too old and required binlog "
                   "files have been purged.)")
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def mysql(**kw) -> Facts:
@@ -222,53 +217,53 @@ def down(where: str) -> Facts:
     return Facts(where, failure=SourceError("connection", f"cannot connect to {where}"))
 
 
-def test_the_lost_source_is_retried_alone_then_every_host_writable_first(monkeypatch):
+async def test_the_lost_source_is_retried_alone_then_every_host_writable_first(monkeypatch):
     f, answers = failover(monkeypatch, {"a:1": down("a:1"), "b:1": up("b:1", read_only=True), "c:1": up("c:1")},
                           last="a:1")
     for _ in range(RETRIES):
         with pytest.raises(SourceError) as ei:
-            run(f.pick(AT_MARIADB))
+            await f.pick(AT_MARIADB)
         assert ei.value.kind == "connection" and not ei.value.fatal
     assert answers.asked == ["a:1"] * RETRIES
-    assert run(f.pick(AT_MARIADB)).endpoint == "c:1"       # writable beats the order
+    assert (await f.pick(AT_MARIADB)).endpoint == "c:1"       # writable beats the order
     assert answers.asked[RETRIES:] == ["a:1", "b:1", "c:1"]
     assert f.streaming("c:1", AT_MARIADB) and f.current == "c:1"
     assert f.metrics.registry.get_sample_value("binlogd_failovers_total") == 1
     assert not f.streaming("c:1", AT_MARIADB)
 
 
-def test_only_diverged_hosts_after_the_timeout_is_exit_9(monkeypatch):
+async def test_only_diverged_hosts_after_the_timeout_is_exit_9(monkeypatch):
     diverged = up("b:1", binlog_state="0-1-90")
     f, _ = failover(monkeypatch, {"a:1": down("a:1"), "b:1": diverged},
                     **{"source.failover_timeout_seconds": "0.2"})
     with pytest.raises(SourceError) as ei:
-        run(f.pick(AT_MARIADB))
+        await f.pick(AT_MARIADB)
     assert (ei.value.kind, ei.value.fatal) == ("no_source", False)
-    time.sleep(0.25)
+    await asyncio.sleep(0.25)
     with pytest.raises(SourceError) as ei:
-        run(f.pick(AT_MARIADB))
+        await f.pick(AT_MARIADB)
     assert (ei.value.kind, ei.value.fatal) == ("diverged", True)
     assert "b:1 diverged: lacks 0-1-100 (has 0-1-90)" in str(ei.value) and "a:1 cannot connect" in str(ei.value)
 
 
-def test_a_host_that_refused_the_dump_is_purged_while_the_position_stays(monkeypatch):
+async def test_a_host_that_refused_the_dump_is_purged_while_the_position_stays(monkeypatch):
     f, _ = failover(monkeypatch, {"a:1": up("a:1"), "b:1": up("b:1")})
-    assert run(f.pick(AT_MARIADB)).endpoint == "a:1"
+    assert (await f.pick(AT_MARIADB)).endpoint == "a:1"
     error = f.refused("a:1", SourceError("binlog_missing", "error 1236: Could not find GTID state", fatal=True))
     assert (error.kind, error.fatal) == ("binlog_missing", False)
-    assert run(f.pick(AT_MARIADB)).endpoint == "b:1"
+    assert (await f.pick(AT_MARIADB)).endpoint == "b:1"
     f.refused("b:1", SourceError("binlog_missing", "error 1236: gone", fatal=True))
     with pytest.raises(SourceError) as ei:
-        run(f.pick(AT_MARIADB))
+        await f.pick(AT_MARIADB)
     assert (ei.value.kind, ei.value.fatal) == ("binlog_missing", True)    # ERR 1236 everywhere: exit 5
-    assert run(f.pick(Position("b.000002", 4, gtid_list="0-1-100"))).endpoint == "a:1"  # a new position: ask again
+    assert (await f.pick(Position("b.000002", 4, gtid_list="0-1-100"))).endpoint == "a:1"  # a new position: ask again
 
 
-def test_every_host_refusing_to_serve_ends_with_its_code(monkeypatch):
+async def test_every_host_refusing_to_serve_ends_with_its_code(monkeypatch):
     auth = Facts("a:1", failure=SourceError("auth", "authentication failed for user 'repl' at a:1", fatal=True))
     f, _ = failover(monkeypatch, {"a:1": auth, "b:1": Facts("b:1", failure=SourceError("auth", "denied", True))})
     with pytest.raises(SourceError) as ei:
-        run(f.pick(None))
+        await f.pick(None)
     assert (ei.value.kind, ei.value.fatal) == ("auth", True)
 
 
