@@ -7,7 +7,6 @@ tests/integration/test_schema_history_daemon.py.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 
@@ -104,7 +103,7 @@ class FakeDecoder:
 
 
 @pytest.fixture
-def make(tmp_path):
+async def make(tmp_path):
     """make(server, selected=...) → (DaemonSchema on tmp_path/h.jsonl, its Metrics); closed after the test."""
     made = []
 
@@ -117,7 +116,7 @@ def make(tmp_path):
 
     yield factory
     for schema in made:
-        asyncio.run(schema.close())
+        await schema.close()
 
 
 def header(tc, pos, length=40):
@@ -136,9 +135,9 @@ def gtid(pos):
     return E.MariadbGtidEvent(header(ET.MARIADB_GTID, pos), 0, pos, 1)
 
 
-def follow(schema, event, file="b.000001", decoder=None):
-    return asyncio.run(schema.follow(event, b"x" * event.header.event_length, event.header.pos, file,
-                                     decoder or FakeDecoder()))
+async def follow(schema, event, file="b.000001", decoder=None):
+    return await schema.follow(event, b"x" * event.header.event_length, event.header.pos, file,
+                               decoder or FakeDecoder())
 
 
 def mismatches(metrics, table="t"):
@@ -150,10 +149,10 @@ def test_history_path_defaults_beside_the_checkpoint():
     assert str(history_path("/x/h.jsonl", "/var/lib/binlogd/checkpoint.json")) == "/x/h.jsonl"
 
 
-def test_first_start_at_the_current_position_seeds_every_table_there(tmp_path, make):
+async def test_first_start_at_the_current_position_seeds_every_table_there(tmp_path, make):
     server = FakeServer(now=("b.000001", 500))
     schema, _ = make(server)
-    asyncio.run(schema.open("b.000001", 500))
+    await schema.open("b.000001", 500)
     assert schema.lookup("d", "t").names == ("id", "v") and schema.lookup("d", "k").unsigned == (True,)
     saved = read_history(tmp_path / "h.jsonl")
     assert {(e.table, e.file, e.pos, e.source) for e in saved} == {
@@ -161,103 +160,103 @@ def test_first_start_at_the_current_position_seeds_every_table_there(tmp_path, m
     assert not any("BINLOG EVENTS" in q for q in server.queries)   # nothing between start and now to scan
 
 
-def test_late_start_seeds_tables_ddl_named_since_only_from_the_current_position(tmp_path, make):
+async def test_late_start_seeds_tables_ddl_named_since_only_from_the_current_position(tmp_path, make):
     events = [("b.000001", 300, "Query", 1, 400, "use `d`; ALTER TABLE t ADD COLUMN v VARCHAR(5)"),
               ("b.000002", 4, "Format_desc", 1, 100, "")]
     server = FakeServer(events=events)
     schema, _ = make(server)
-    asyncio.run(schema.open("b.000001", 200))
+    await schema.open("b.000001", 200)
     assert schema.lookup("d", "t") is None                 # its definition now is not the one at the start
     assert schema.lookup("d", "k").names == ("a",)         # no DDL named it: valid from the start
-    follow(schema, gtid(250))
-    follow(schema, query("CREATE TABLE t (id INT PRIMARY KEY)", 260))   # the stream's own DDL names it
+    await follow(schema, gtid(250))
+    await follow(schema, query("CREATE TABLE t (id INT PRIMARY KEY)", 260))   # the stream's own DDL names it
     assert schema.lookup("d", "t").names == ("id",)
-    follow(schema, query("ALTER TABLE t ADD COLUMN v VARCHAR(5)", 300))
+    await follow(schema, query("ALTER TABLE t ADD COLUMN v VARCHAR(5)", 300))
     assert schema.lookup("d", "t").names == ("id", "v")
-    follow(schema, gtid(40), file="b.000002")
-    follow(schema, gtid(900), file="b.000002")              # the seed's own position
+    await follow(schema, gtid(40), file="b.000002")
+    await follow(schema, gtid(900), file="b.000002")              # the seed's own position
     assert schema.lookup("d", "t").names == ("id", "v")
 
 
-def test_ddl_entries_are_written_before_follow_returns_and_a_restart_starts_from_the_file(tmp_path, make):
+async def test_ddl_entries_are_written_before_follow_returns_and_a_restart_starts_from_the_file(tmp_path, make):
     schema, _ = make(FakeServer(now=("b.000001", 100)))
-    asyncio.run(schema.open("b.000001", 100))
-    follow(schema, gtid(100))
-    follow(schema, query("ALTER TABLE t RENAME COLUMN v TO w", 140))
+    await schema.open("b.000001", 100)
+    await follow(schema, gtid(100))
+    await follow(schema, query("ALTER TABLE t RENAME COLUMN v TO w", 140))
     assert [e.table for e in read_history(tmp_path / "h.jsonl")][-1] == "t"
     assert schema.lookup("d", "t").names == ("id", "w")
     # a restart (or reconnect) from a checkpoint taken before that DDL: the old names until the stream passes it
     again, _ = make(FakeServer(now=("b.000001", 100)))
-    asyncio.run(again.open("b.000001", 100))
+    await again.open("b.000001", 100)
     assert again.lookup("d", "t").names == ("id", "v")
-    assert follow(again, query("ALTER TABLE t RENAME COLUMN v TO w", 140)) is not None
+    assert await follow(again, query("ALTER TABLE t RENAME COLUMN v TO w", 140)) is not None
     assert again.lookup("d", "t").names == ("id", "w")
     assert len(read_history(tmp_path / "h.jsonl")) == 4      # not written twice
 
 
-def test_a_positional_table_map_is_repaired_once_from_the_server_when_it_fits(tmp_path, make):
+async def test_a_positional_table_map_is_repaired_once_from_the_server_when_it_fits(tmp_path, make):
     server = FakeServer(creates={}, now=("b.000001", 100))
     schema, metrics = make(server)
-    asyncio.run(schema.open("b.000001", 100))
+    await schema.open("b.000001", 100)
     server.creates = {("d", "t"): CREATE_T}
     decoder = FakeDecoder()
-    follow(schema, gtid(200))
-    assert follow(schema, table_map(240), decoder=decoder) == "decoded again" and decoder.calls == [240]
+    await follow(schema, gtid(200))
+    assert await follow(schema, table_map(240), decoder=decoder) == "decoded again" and decoder.calls == [240]
     saved = read_history(tmp_path / "h.jsonl")[-1]
     assert (saved.table, saved.file, saved.pos, saved.source) == ("t", "b.000001", 200, "information_schema")
     assert schema.lookup("d", "t").names == ("id", "v") and mismatches(metrics) is None
 
 
-def test_a_definition_that_does_not_fit_stays_positional_and_is_counted_once_per_table_map(tmp_path, make):
+async def test_a_definition_that_does_not_fit_stays_positional_and_is_counted_once_per_table_map(tmp_path, make):
     server = FakeServer(now=("b.000001", 100))
     schema, metrics = make(server)
-    asyncio.run(schema.open("b.000001", 100))
+    await schema.open("b.000001", 100)
     stale = (Column(0, T.LONG, 0, False), Column(1, T.VARCHAR, 20, collation=45), Column(2, T.LONG, 0))
-    follow(schema, gtid(200))
-    assert isinstance(follow(schema, table_map(240, stale)), E.TableMapEvent)
-    assert isinstance(follow(schema, table_map(340, stale)), E.TableMapEvent)
+    await follow(schema, gtid(200))
+    assert isinstance(await follow(schema, table_map(240, stale)), E.TableMapEvent)
+    assert isinstance(await follow(schema, table_map(340, stale)), E.TableMapEvent)
     assert mismatches(metrics) == 2
     assert sum(q.startswith("SHOW CREATE TABLE") for q in server.queries) == 3   # 2 seeds + 1 re-read
 
 
-def test_a_repair_is_refused_when_ddl_naming_the_table_was_logged_since(tmp_path, make):
+async def test_a_repair_is_refused_when_ddl_naming_the_table_was_logged_since(tmp_path, make):
     events = [("b.000001", 500, "Query", 1, 600, "use `d`; ALTER TABLE t RENAME COLUMN x TO v")]
     server = FakeServer(creates={}, events=events, now=("b.000001", 100))
     schema, metrics = make(server)
-    asyncio.run(schema.open("b.000001", 100))
+    await schema.open("b.000001", 100)
     server.creates = {("d", "t"): CREATE_T}
-    follow(schema, gtid(200))
-    assert isinstance(follow(schema, table_map(240)), E.TableMapEvent)   # fits, but names may have changed since
+    await follow(schema, gtid(200))
+    assert isinstance(await follow(schema, table_map(240)), E.TableMapEvent)   # fits, but names may have changed since
     assert schema.lookup("d", "t") is None and mismatches(metrics) == 1
 
 
-def test_unselected_tables_are_not_read(tmp_path, make):
+async def test_unselected_tables_are_not_read(tmp_path, make):
     server = FakeServer(creates={}, now=("b.000001", 100))
     schema, metrics = make(server, selected=lambda s, t: t != "t")
-    asyncio.run(schema.open("b.000001", 100))
+    await schema.open("b.000001", 100)
     n = len(server.queries)
-    follow(schema, table_map(240))
+    await follow(schema, table_map(240))
     assert len(server.queries) == n and mismatches(metrics) is None
 
 
-def test_a_server_that_refuses_the_seed_leaves_an_empty_history(tmp_path, caplog, make):
+async def test_a_server_that_refuses_the_seed_leaves_an_empty_history(tmp_path, caplog, make):
     server = FakeServer()
     server.refuse = True
     schema, _ = make(server)
     with caplog.at_level(logging.WARNING):
-        asyncio.run(schema.open("b.000001", 100))
+        await schema.open("b.000001", 100)
     assert "cannot seed" in caplog.text and schema.lookup("d", "t") is None
 
 
-def test_an_unreadable_history_is_fatal_and_an_unwritable_one_is_retried(tmp_path, monkeypatch, make):
+async def test_an_unreadable_history_is_fatal_and_an_unwritable_one_is_retried(tmp_path, monkeypatch, make):
     (tmp_path / "h.jsonl").write_text("{broken}\n")
     schema, _ = make(FakeServer())
     with pytest.raises(SchemaHistoryUnusable, match="line 1") as info:
-        asyncio.run(schema.open("b.000001", 100))
+        await schema.open("b.000001", 100)
     assert info.value.fatal
     (tmp_path / "h.jsonl").unlink()
     schema, _ = make(FakeServer(now=("b.000001", 100)))
-    asyncio.run(schema.open("b.000001", 100))
+    await schema.open("b.000001", 100)
     import binlogd.schema.history as history
 
     def full(fd):
@@ -265,4 +264,4 @@ def test_an_unreadable_history_is_fatal_and_an_unwritable_one_is_retried(tmp_pat
 
     monkeypatch.setattr(history.os, "fsync", full)
     with pytest.raises(CheckpointError, match="schema history"):
-        follow(schema, query("ALTER TABLE t ADD z INT", 300))
+        await follow(schema, query("ALTER TABLE t ADD z INT", 300))
