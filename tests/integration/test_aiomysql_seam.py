@@ -68,7 +68,7 @@ async def _connect(primary: FakePrimary, password: str = PASSWORD) -> Connection
 
 @pytest.mark.usefixtures("corpus")
 @pytest.mark.parametrize("plugin", ["mysql_native_password", "caching_sha2_password"])
-def test_password_goes_as_utf8_and_a_wrong_one_is_refused(plugin):
+async def test_password_goes_as_utf8_and_a_wrong_one_is_refused(plugin):
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD, auth_plugin=plugin) as primary:
             conn = await _connect(primary)
@@ -77,13 +77,13 @@ def test_password_goes_as_utf8_and_a_wrong_one_is_refused(plugin):
                 await _connect(primary, PASSWORD.replace("€", "e"))
             return [c.authenticated for c in primary.connections], info.value
 
-    logins, refused = asyncio.run(asyncio.wait_for(main(), 30))
+    logins, refused = await asyncio.wait_for(main(), 30)
     assert logins == [True, False] and refused.args[0] == 1045
     assert "€" not in str(refused) and "ä" not in str(refused)
 
 
 @pytest.mark.usefixtures("corpus")
-def test_take_over_moves_what_the_stream_reader_holds_then_sees_the_close():
+async def test_take_over_moves_what_the_stream_reader_holds_then_sees_the_close():
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary:
             conn = await _connect(primary)
@@ -98,7 +98,7 @@ def test_take_over_moves_what_the_stream_reader_holds_then_sees_the_close():
             conn.close()
             return held, again, closed, _aiomysql.transport(conn)
 
-    held, again, closed, after_close = asyncio.run(asyncio.wait_for(main(), 30))
+    held, again, closed, after_close = await asyncio.wait_for(main(), 30)
     assert held == _aiomysql.Held(frame(ok_packet(), 1)[0], None, False)
     assert again == _aiomysql.Held(b"", None, False)
     assert closed.data == b"" and (closed.eof or closed.error is not None)
