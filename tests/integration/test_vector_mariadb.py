@@ -9,7 +9,6 @@ base64 string, and without a schema source a VECTOR is the base64 of its bytes (
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import struct
@@ -74,7 +73,7 @@ def server_schema(server) -> ServerSchema:
     return ServerSchema(lambda: aiomysql.connect(**server.connect_kwargs(), autocommit=True))
 
 
-def test_vectors_decode_as_lists_with_the_schema_source(server, db):
+async def test_vectors_decode_as_lists_with_the_schema_source(server, db):
     final = write_vectors(server, db)
     source = server_schema(server)
 
@@ -84,7 +83,7 @@ def test_vectors_decode_as_lists_with_the_schema_source(server, db):
         finally:
             await source.close()
 
-    known = asyncio.run(fetch())
+    known = await fetch()
     assert known.vector_dimensions == (None, 3, 100, None)
     path = server.binlog_files()[-1]
     maps, images = [], []
