@@ -9,6 +9,7 @@ probe checks run against a real MySQL 8.4 (``mysql84``) where Docker exists.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -35,7 +36,6 @@ from tests.support.fakeprimary_daemon import (
     gtid_reaches,
     heartbeats,
     metric,
-    run,
     sink_rows,
 )
 
@@ -57,33 +57,33 @@ async def verdict(primary_kw: dict, delivered: str, **source_kw):
 
 
 @pytest.mark.parametrize("delivered", [f"{UTAG}:1-13:mytag:1-3", f"{UTAG}:1-13:mytag:1-2", f"{UTAG}:1-13:MYTAG:1-2"])
-def test_a_server_whose_history_holds_the_delivered_set_is_usable(delivered):
-    v, primary = run(verdict({"server_uuid": UOTHER, "server_id": 7}, delivered))
+async def test_a_server_whose_history_holds_the_delivered_set_is_usable(delivered):
+    v, primary = await asyncio.wait_for(verdict({"server_uuid": UOTHER, "server_id": 7}, delivered), 90)
     assert (v.kind, v.writable, v.info.server_uuid, v.info.server_id) == (USABLE, True, UOTHER, 7)
     queries = primary.connections[0].queries
     assert any("GTID_SUBSET(" in q for q in queries) and not primary.dumps   # SQL only: no dump on MySQL
 
 
-def test_tagged_gtids_it_lacks_make_it_diverged():
-    v, _ = run(verdict({}, f"{UTAG}:1-13:mytag:1-5:other:1"))
+async def test_tagged_gtids_it_lacks_make_it_diverged():
+    v, _ = await asyncio.wait_for(verdict({}, f"{UTAG}:1-13:mytag:1-5:other:1"), 90)
     assert (v.kind, v.missing) == (DIVERGED, f"{UTAG}:mytag:4-5:other:1")
     assert f"lacks {UTAG}:mytag:4-5:other:1" in v.reason
 
 
-def test_a_server_of_another_history_is_diverged():
-    v, _ = run(verdict({}, f"{UOTHER}:1-3"))
+async def test_a_server_of_another_history_is_diverged():
+    v, _ = await asyncio.wait_for(verdict({}, f"{UOTHER}:1-3"), 90)
     assert (v.kind, v.missing) == (DIVERGED, f"{UOTHER}:1-3")
 
 
-def test_purged_transactions_not_yet_delivered_make_it_purged():
-    v, _ = run(verdict({}, f"{UTAG}:1-10"))
+async def test_purged_transactions_not_yet_delivered_make_it_purged():
+    v, _ = await asyncio.wait_for(verdict({}, f"{UTAG}:1-10"), 90)
     assert v.kind == PURGED and f"{UTAG}:11-13:mytag:1-2" in v.reason
-    v, _ = run(verdict({"check_purged": False}, f"{UTAG}:1-10"))   # nothing purged there
+    v, _ = await asyncio.wait_for(verdict({"check_purged": False}, f"{UTAG}:1-10"), 90)   # nothing purged there
     assert v.kind == USABLE
 
 
-def test_read_only_is_reported():
-    v, _ = run(verdict({"read_only": True}, f"{UTAG}:1-13:mytag:1-2"))
+async def test_read_only_is_reported():
+    v, _ = await asyncio.wait_for(verdict({"read_only": True}, f"{UTAG}:1-13:mytag:1-2"), 90)
     assert (v.kind, v.writable) == (USABLE, False)
 
 
@@ -93,21 +93,21 @@ def test_read_only_is_reported():
     ({"log_bin": 0}, "binary logging off"),
     ({"password": "not-the-one"}, "authentication failed"),
 ])
-def test_servers_that_cannot_serve_are_refused_with_the_reason(primary_kw, expect):
-    v, _ = run(verdict(primary_kw, f"{UTAG}:1-13:mytag:1-2"))
+async def test_servers_that_cannot_serve_are_refused_with_the_reason(primary_kw, expect):
+    v, _ = await asyncio.wait_for(verdict(primary_kw, f"{UTAG}:1-13:mytag:1-2"), 90)
     assert v.kind == REFUSED and expect in v.reason
 
 
-def test_a_closed_port_is_unreachable():
+async def test_a_closed_port_is_unreachable():
     async def go():
         where = ("127.0.0.1", free_port())
         return judge(await probe(source(), where, Position("b.000001", 4, gtid_set=f"{UTAG}:1"), SERVER_ID),
                      Position("b.000001", 4, gtid_set=f"{UTAG}:1"))
-    v = run(go())
+    v = await asyncio.wait_for(go(), 90)
     assert v.kind == UNREACHABLE and "cannot connect" in v.reason
 
 
-def test_real_mysql84_same_rules(mysql84):
+async def test_real_mysql84_same_rules(mysql84):
     executed = mysql84.sql("SELECT @@global.gtid_executed")[0][0].replace("\n", "")
     cfg = source(**{"source.password": mysql84.repl_password, "source.tls.mode": "required"})
     where = (mysql84.host, mysql84.port)
@@ -116,8 +116,8 @@ def test_real_mysql84_same_rules(mysql84):
         position = Position("binlog.000001", 4, gtid_set=delivered)
         return judge(await probe(cfg, where, position, SERVER_ID), position)
 
-    assert run(go(executed)).kind == USABLE
-    v = run(go(f"{executed},{UOTHER}:1-3:mytag:1" if executed else f"{UOTHER}:1-3:mytag:1"))
+    assert (await asyncio.wait_for(go(executed), 90)).kind == USABLE
+    v = await asyncio.wait_for(go(f"{executed},{UOTHER}:1-3:mytag:1" if executed else f"{UOTHER}:1-3:mytag:1"), 90)
     assert (v.kind, v.missing) == (DIVERGED, f"{UOTHER}:1-3:mytag:1")
 
 
@@ -159,7 +159,7 @@ DELIVERED = f"{UTAG}:1-13:mytag:1-3"
 START = f"gtid:{UTAG}:1-13:mytag:1-2"
 
 
-def test_follows_a_second_server_by_gtid_set(tmp_path, logged):
+async def test_follows_a_second_server_by_gtid_set(tmp_path, logged):
     async def go():
         async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
                 FakePrimary(binlog(FTAG), password=PASSWORD, server_id=2, server_uuid=UOTHER) as b:
@@ -173,7 +173,7 @@ def test_follows_a_second_server_by_gtid_set(tmp_path, logged):
                               server_uuid=UOTHER, version="8.0.31-fake")
                 assert await d.stop() == 0
             return a, b, info
-    a, b, info = run(go())
+    a, b, info = await asyncio.wait_for(go(), 90)
     assert MysqlGtidSet.parse(str(b.dumps[-1].gtid_set)) == MysqlGtidSet.parse(DELIVERED)  # b skips mytag:3
     assert info == 1
     rows = [r for r in sink_rows(tmp_path) if r["source"]["gtid"] == f"{UTAG}:mytag:3"]
@@ -184,7 +184,7 @@ def test_follows_a_second_server_by_gtid_set(tmp_path, logged):
     assert (facts["host"], facts["server_uuid"], facts["server_id"]) == (f"127.0.0.1:{b.port}", UOTHER, 2)
 
 
-def test_a_server_of_another_history_ends_it_with_exit_9(tmp_path, logged):
+async def test_a_server_of_another_history_ends_it_with_exit_9(tmp_path, logged):
     async def go():
         async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
                 FakePrimary(binlog(FENUM), password=PASSWORD, server_id=2, server_uuid=UENUM) as b:
@@ -194,14 +194,14 @@ def test_a_server_of_another_history_ends_it_with_exit_9(tmp_path, logged):
                 before = sink_rows(tmp_path)
                 await a.close()
                 return await d.exit_code(30), before, b
-    rc, before, b = run(go())
+    rc, before, b = await asyncio.wait_for(go(), 90)
     assert rc == 9
     assert sink_rows(tmp_path) == before and not b.dumps
     (last,) = [ln for ln in logged.lines if ln.startswith("no usable source")][-1:]
     assert f"diverged: lacks {MysqlGtidSet.parse(DELIVERED)}" in last and "GTID_SUBSET" in last
 
 
-def test_err_1236_on_one_server_moves_to_the_next(tmp_path, logged):
+async def test_err_1236_on_one_server_moves_to_the_next(tmp_path, logged):
     async def go():
         async with FakePrimary(binlog(FTAG), password=PASSWORD, err_1236=True) as a, \
                 FakePrimary(binlog(FTAG), password=PASSWORD, server_id=2, server_uuid=UOTHER) as b:
@@ -209,22 +209,22 @@ def test_err_1236_on_one_server_moves_to_the_next(tmp_path, logged):
                 await d.wait(gtid_reaches(tmp_path, DELIVERED), 20, "mytag:3 delivered by b")
                 assert await d.stop() == 0
             return a, b
-    a, b = run(go())
+    a, b = await asyncio.wait_for(go(), 90)
     assert len(a.dumps) == 1 and len(b.dumps) == 1
     assert any(ln.startswith(f"source 127.0.0.1:{a.port} skipped: purged: refused a dump") for ln in logged.lines)
 
 
-def test_err_1236_on_every_server_exits_5(tmp_path):
+async def test_err_1236_on_every_server_exits_5(tmp_path):
     async def go():
         async with FakePrimary(binlog(FTAG), password=PASSWORD, err_1236=True) as a, \
                 FakePrimary(binlog(FTAG), password=PASSWORD, err_1236=True, server_uuid=UOTHER) as b:
             async with Running(hosts_config(tmp_path, [a.port, b.port], START)) as d:
                 return await d.exit_code(30), a, b
-    rc, a, b = run(go())
+    rc, a, b = await asyncio.wait_for(go(), 90)
     assert rc == 5 and len(a.dumps) == len(b.dumps) == 1
 
 
-def test_prefers_a_writable_server_and_leaves_one_that_turns_read_only(tmp_path, logged):
+async def test_prefers_a_writable_server_and_leaves_one_that_turns_read_only(tmp_path, logged):
     async def go():
         async with FakePrimary(binlog(FTAG), password=PASSWORD, read_only=True) as a, \
                 FakePrimary(binlog(FTAG), password=PASSWORD, server_id=2, server_uuid=UOTHER) as b:
@@ -236,14 +236,14 @@ def test_prefers_a_writable_server_and_leaves_one_that_turns_read_only(tmp_path,
                 await d.wait(lambda: metric(d.daemon, "binlogd_failovers_total") == 1, 20, "the failover counted")
                 assert await d.stop() == 0
             return a, b
-    a, b = run(go())
+    a, b = await asyncio.wait_for(go(), 90)
     assert any(ln.startswith(f"failover from 127.0.0.1:{b.port} to 127.0.0.1:{a.port} at GTID")
                for ln in logged.lines)
     assert MysqlGtidSet.parse(str(a.dumps[-1].gtid_set)) == MysqlGtidSet.parse(DELIVERED)
     assert [r["op"] for r in sink_rows(tmp_path) if r["source"]["gtid"] == f"{UTAG}:mytag:3"] == ["insert"]
 
 
-def test_a_file_position_checkpoint_with_several_hosts_exits_2(tmp_path, logged):
+async def test_a_file_position_checkpoint_with_several_hosts_exits_2(tmp_path, logged):
     async def go():
         async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
                 FakePrimary(binlog(FTAG), password=PASSWORD, server_uuid=UOTHER) as b:
@@ -254,13 +254,13 @@ def test_a_file_position_checkpoint_with_several_hosts_exits_2(tmp_path, logged)
                 assert await d.stop() == 0
             async with Running(hosts_config(tmp_path, [a.port, b.port], "current")) as d:
                 return await d.exit_code(20), a, b
-    rc, a, b = run(go())
+    rc, a, b = await asyncio.wait_for(go(), 90)
     assert rc == 2 and len(a.dumps) == 1 and not b.dumps
     assert any("resumes by binlog file and position, and positions differ between servers" in ln
                for ln in logged.lines)
 
 
-def test_a_checkpoint_written_before_failover_existed_still_resumes(tmp_path, logged):
+async def test_a_checkpoint_written_before_failover_existed_still_resumes(tmp_path, logged):
     async def go():
         async with FakePrimary(binlog(FTAG), password=PASSWORD) as a, \
                 FakePrimary(binlog(FTAG), password=PASSWORD, server_uuid=UOTHER) as b:
@@ -275,7 +275,7 @@ def test_a_checkpoint_written_before_failover_existed_still_resumes(tmp_path, lo
                 await d.wait(lambda: b.dumps, 20, "a dump from b")
                 assert await d.stop() == 0
             return b
-    b = run(go())
+    b = await asyncio.wait_for(go(), 90)
     assert MysqlGtidSet.parse(str(b.dumps[-1].gtid_set)) == MysqlGtidSet.parse(DELIVERED)
     assert not [ln for ln in logged.lines if ln.startswith("failover from")]
     assert checkpoint(tmp_path).source["host"] == f"127.0.0.1:{b.port}"
