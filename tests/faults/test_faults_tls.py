@@ -5,7 +5,6 @@ The load and the exactly-once check are in :mod:`tests.support.faults`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import os
@@ -167,7 +166,7 @@ def _chain_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-def test_tls_verify_identity_and_secrets(tmp_path):
+async def test_tls_verify_identity_and_secrets(tmp_path):
     certs = make_certs(tmp_path / "certs")
     tls_args = [f"--ssl-ca={certs['ca']}", f"--ssl-cert={certs['cert']}", f"--ssl-key={certs['key']}",
                 "--require-secure-transport=ON"]
@@ -263,7 +262,7 @@ def test_tls_verify_identity_and_secrets(tmp_path):
         from binlogd.daemon.config import load_config
         from binlogd.daemon.source import SourceConnection
 
-        def attempt(**extra):
+        async def attempt(**extra):
             cfg = load_config(None, env={"BINLOGD_SOURCE__PASSWORD": SECRET}, overrides=overrides(tmp_path / "x",
                                                                                                    **extra))
             captured.extend([repr(cfg), str(cfg), repr(cfg.source), str(cfg.source.password)])
@@ -276,16 +275,16 @@ def test_tls_verify_identity_and_secrets(tmp_path):
                     await conn.close()
 
             with pytest.raises(Exception) as info:
-                asyncio.run(go())
+                await go()
             captured.append(_chain_text(info.value))
             return info.value
 
-        exc = attempt(**{"source.tls.ca_file": str(certs["other_ca"])})
+        exc = await attempt(**{"source.tls.ca_file": str(certs["other_ca"])})
         results["in-process wrong CA"] = f"{type(exc).__name__}(kind={getattr(exc, 'kind', None)}): {exc}"
         if not re.search(r"certificate verify failed", str(exc), re.I):
             problems.append(f"in-process wrong CA: the exception does not say why: {exc!r}")
         srv.sql(f"ALTER USER '{TLS_USER}'@'%' IDENTIFIED BY 'other-{SECRET}'")
-        exc = attempt()
+        exc = await attempt()
         results["in-process wrong password"] = f"{type(exc).__name__}(kind={getattr(exc, 'kind', None)}): {exc}"
         assert getattr(exc, "kind", None) == "auth", exc
 
