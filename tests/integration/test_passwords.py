@@ -132,7 +132,7 @@ def test_wrong_password_exits_3_and_shows_no_character_of_it(mariadb, accounts, 
 
 
 @pytest.mark.usefixtures("corpus")
-def test_caching_sha2_password_full_then_fast_path(tmp_path, caplog):
+async def test_caching_sha2_password_full_then_fast_path(tmp_path, caplog):
     """The fake primary asks for full authentication first (RSA: no TLS), and takes the fast path once the
     user is cached: the first dump is cut after 4 packets, so the daemon logs in twice."""
     caplog.set_level(logging.INFO)
@@ -145,13 +145,13 @@ def test_caching_sha2_password_full_then_fast_path(tmp_path, caplog):
             assert await d.stop() == 0
             return [(c.auth_plugin, c.auth_path, c.authenticated) for c in primary.connections]
 
-    logins = asyncio.run(asyncio.wait_for(main(), 60))
+    logins = await asyncio.wait_for(main(), 60)
     assert logins[:2] == [("caching_sha2_password", "full", True), ("caching_sha2_password", "fast", True)]
     _assert_no_secret("\n".join(r.getMessage() for r in caplog.records), UTF8_PW)
 
 
 @pytest.mark.usefixtures("corpus")
-def test_caching_sha2_wrong_password_exits_3(tmp_path, caplog):
+async def test_caching_sha2_wrong_password_exits_3(tmp_path, caplog):
     caplog.set_level(logging.INFO)
 
     async def main():
@@ -159,6 +159,6 @@ def test_caching_sha2_wrong_password_exits_3(tmp_path, caplog):
                 Running(config(tmp_path, primary.port, f"gtid:{UENUM}:1-2", password=WRONG_PW), primary) as d:
             return await d.exit_code(10), primary.connections
 
-    rc, connections = asyncio.run(asyncio.wait_for(main(), 30))
+    rc, connections = await asyncio.wait_for(main(), 30)
     assert rc == 3 and [c.authenticated for c in connections] == [False]
     _assert_no_secret("\n".join(r.getMessage() for r in caplog.records), WRONG_PW, UTF8_PW)
