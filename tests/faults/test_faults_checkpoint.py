@@ -319,7 +319,7 @@ def test_a_start_the_primary_refuses_is_not_saved_and_a_corrected_one_works(mari
 
 
 @pytest.mark.usefixtures("corpus")
-def test_gtid_resume_with_nothing_new_keeps_the_checkpoint_fake_mysql(tmp_path):
+async def test_gtid_resume_with_nothing_new_keeps_the_checkpoint_fake_mysql(tmp_path):
     """The first dump is closed once every event and 3 heartbeats went out; the resume by GTID gets the
     file's FORMAT_DESCRIPTION and PREVIOUS_GTIDS (behind the checkpoint), nothing else, then heartbeats."""
     f = binlog(F57)
@@ -334,7 +334,7 @@ def test_gtid_resume_with_nothing_new_keeps_the_checkpoint_fake_mysql(tmp_path):
             assert await d.stop() == 0
             return end, idle, checkpoint(tmp_path), primary.connections[-1].events_sent
 
-    end, idle, final, resent = asyncio.run(asyncio.wait_for(main(), 60))
+    end, idle, final, resent = await asyncio.wait_for(main(), 60)
     assert (end.position.file, end.position.pos) == ("mysql-bin.000057", f.size)
     header = [offset for _tc, _file, offset in resent if 0 <= offset < end.position.pos]
     assert header, f"the resume re-sent no event behind the checkpoint: {resent}"
