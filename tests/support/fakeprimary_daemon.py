@@ -139,11 +139,6 @@ async def within(coro, timeout: float = 90):
     return await asyncio.wait_for(coro, timeout)
 
 
-def run(coro, timeout: float = 90):
-    """:func:`within` on an event loop of its own, for synchronous tests."""
-    return asyncio.run(within(coro, timeout))
-
-
 def at_pos(tmp_path: Path, file: str, pos: int):
     def check():
         cp = checkpoint(tmp_path)
