@@ -60,26 +60,40 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self.started = time.monotonic()
+        self._jobs_before = self._job_ids()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self._poll(final=True)
+        try:  # the final counts, also of a job quicker than one interval
+            self._poll(self._stages_of(self._job_ids() - self._jobs_before))
+        except Exception:  # best effort, as while it runs
+            pass
+
+    def _job_ids(self) -> set[int]:
+        try:
+            return set(self.tracker.getJobIdsForGroup(None))
+        except Exception:
+            return set()
+
+    def _stages_of(self, jobs: set[int]) -> list[int]:
+        stages = []
+        for job in sorted(jobs):
+            info = self.tracker.getJobInfo(job)
+            stages.extend(info.stageIds if info is not None else ())
+        return stages
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self._poll()
+                self._poll(self.tracker.getActiveStageIds())
             except Exception:  # the JVM may be going away at the end; progress is best effort
                 return
 
-    def _poll(self, final: bool = False) -> None:
-        try:
-            stages = self.tracker.getActiveStageIds()
-        except Exception:
-            return
+    def _poll(self, stages) -> None:
+        """Print each of ``stages`` (stage ids) whose task counts changed since it was last printed."""
         for sid in stages:
             info = self.tracker.getStageInfo(sid)
             if info is None:
