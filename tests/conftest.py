@@ -13,6 +13,7 @@ fetched from Debian trixie into ~/.cache/binlogd. 11.8 skips, naming why, when i
 - ``fresh_db``         function: a uniquely named schema on ``mariadb`` (its name, a str), dropped after.
 - ``mysql84``          session: MySQL 8.4 in Docker via testcontainers; skipped without a Docker engine.
 - ``corpus``           session: Path of the shared real-binlog corpus (CORPUS); skipped when absent.
+- ``spark``            session: the one local SparkSession (pipeline and schema-history tests).
 
 Tests using a server fixture get the ``server`` marker automatically (``-m "not server"`` skips them);
 tests marked ``slow`` run only with ``--runslow``.
@@ -24,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,3 +210,47 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         _skip_or_fail(f"binlog corpus not found at {CORPUS}: conformance tests skipped")
     return CORPUS
+
+
+# --------------------------------------------------------------------------- Spark
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """The one local SparkSession of the run (``local[2]``, UI off, UTC; the "binlog" source registered),
+    skipped with the reason when PySpark >= 4.2, pyarrow or Java is missing; its JVM is shut down at the end."""
+    from tests.support.spark import spark_missing
+
+    reason = spark_missing()
+    if reason:
+        pytest.skip(reason)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from binlogd.pipeline.jobs import session
+    from pyspark import SparkContext
+
+    scratch = tmp_path_factory.mktemp("spark")
+    session_ = session("binlogd-tests", "local[2]", {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.local.dir": str(scratch / "local"),
+        "spark.sql.warehouse.dir": str(scratch / "warehouse"),
+        "spark.sql.streaming.minBatchesToRetain": "100",
+    })
+    session_.sparkContext.setLogLevel("ERROR")
+    yield session_
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    session_.stop()
+    if gateway is not None:
+        gateway.shutdown()
+        SparkContext._gateway = SparkContext._jvm = None
+    if proc is not None:
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        except Exception:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -211,27 +211,6 @@ def test_random_alter_sequences_name_like_full_metadata(mariadb, mariadb_minimal
 # ---------------------------------------------------------------------- Spark
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from tests.support.spark import spark_missing
-
-    reason = spark_missing()
-    if reason:
-        pytest.skip(reason)
-    import os
-    import sys
-
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from binlogd.pipeline.jobs import session
-
-    scratch = tmp_path_factory.mktemp("spark")
-    s = session("binlogd-schema-tests", "local[1]", {
-        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.sql.session.timeZone": "UTC",
-        "spark.local.dir": str(scratch / "local")})
-    yield s
-
-
 def test_spark_names_minimal_files_like_dump_with_the_same_history(mariadb_minimal, mariadb, spark, tmp_path):
     import json
 

@@ -15,8 +15,6 @@ import re
 import time
 import uuid
 
-import pytest
-
 from binlogd.schema import read_history
 from binlogd.schema.history import position_key
 from tests.support.daemon import (
@@ -161,26 +159,6 @@ def test_sigkill_in_the_middle_of_ddl_keeps_history_and_checkpoint_consistent(ma
 
 
 # ---------------------------------------------------------------------- Spark, with the daemon's history
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from tests.support.spark import spark_missing
-
-    reason = spark_missing()
-    if reason:
-        pytest.skip(reason)
-    import os
-    import sys
-
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from binlogd.pipeline.jobs import session
-
-    scratch = tmp_path_factory.mktemp("spark")
-    yield session("binlogd-schema-tests", "local[1]", {
-        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.sql.session.timeZone": "UTC",
-        "spark.local.dir": str(scratch / "local")})
 
 
 def test_spark_and_dump_name_archived_minimal_files_as_the_daemon_did(mariadb_minimal, spark, tmp_path):
