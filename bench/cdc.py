@@ -46,10 +46,10 @@ import time
 from pathlib import Path
 
 from bench.decode import (
-    PEER_INSTALL_HINT,
     SERVER_ARGS,
     bytecode_env,
     count_mariadb_binlog,
+    installed_peer_version,
     log,
     machine,
     mariadb_binlog_cmd,
@@ -186,13 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     if ns.rows < 20:
         ap.error("--rows must be at least 20")
-    try:
-        from importlib.metadata import version as _dist_version
-
-        import pymysqlreplication  # noqa: F401
-        peer_version = _dist_version("mysql-replication")
-    except ImportError:
-        print(PEER_INSTALL_HINT, file=sys.stderr)
+    peer_version = installed_peer_version()
+    if peer_version is None:
         return 2
     from binlogd.localserver import LocalServer
 

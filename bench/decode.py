@@ -322,6 +322,18 @@ def profile_binlogd(files: list[Path], top: int = 15) -> str:
     return buf.getvalue()
 
 
+def installed_peer_version() -> str | None:
+    """python-mysql-replication's installed version, or None after printing how to install it."""
+    try:
+        from importlib.metadata import version as _dist_version
+
+        import pymysqlreplication  # noqa: F401
+        return _dist_version("mysql-replication")
+    except ImportError:
+        print(PEER_INSTALL_HINT, file=sys.stderr)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=DEFAULT_ROWS,
@@ -341,13 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.rows < 20:
         ap.error("--rows must be at least 20")
 
-    try:
-        from importlib.metadata import version as _dist_version
-
-        import pymysqlreplication  # noqa: F401
-        peer_version = _dist_version("mysql-replication")
-    except ImportError:
-        print(PEER_INSTALL_HINT, file=sys.stderr)
+    peer_version = installed_peer_version()
+    if peer_version is None:
         return 2
     from binlogd.localserver import LocalServer
 
