@@ -38,11 +38,26 @@ def _out(data: bytes) -> None:
     sys.stdout.buffer.write(data)
 
 
+def _store_arguments(p) -> None:
+    """``--endpoint``, ``--region`` and ``--path-style``: how ``info``/``dump`` reach an object store."""
+    p.add_argument("--endpoint", help="an S3-compatible store's URL (default: AWS_ENDPOINT_URL)")
+    p.add_argument("--region", help="the bucket's region (default: the AWS profile or AWS_DEFAULT_REGION)")
+    p.add_argument("--path-style", action="store_true", help="address buckets as ENDPOINT/BUCKET/KEY")
+
+
+def _configure_store(args) -> None:
+    if args.endpoint or args.region or args.path_style:
+        from . import storage
+
+        storage.configure(storage.Options(args.endpoint, args.region, args.path_style))
+
+
 def cmd_info(args) -> int:
     import dataclasses
 
     from . import filetools
 
+    _configure_store(args)
     status = EXIT_OK
     for path in args.files:
         try:
@@ -72,6 +87,7 @@ def cmd_dump(args) -> int:
     from . import filetools
     from .textformat import format_event
 
+    _configure_store(args)
     try:  # names the columns of MINIMAL/NO_LOG metadata from the DDL the files hold (and a saved history)
         schema = dump_tracker(args.schema_history, args.files[0], args.start_position)
     except (BinlogError, OSError) as exc:
@@ -166,6 +182,7 @@ def build_parser(command: str | None = None):
     p = sub.add_parser("info", help="describe binlog files (begin/end time, GTIDs, next file) by seeking")
     p.add_argument("files", nargs="+")
     p.add_argument("--json", action="store_true", help="one JSON object per file")
+    _store_arguments(p)
     p.set_defaults(func=cmd_info)
     p = sub.add_parser("dump", help="print decoded events")
     p.add_argument("files", nargs="+", help="binlog files, pipes or FIFOs; - is standard input")
@@ -176,6 +193,7 @@ def build_parser(command: str | None = None):
     p.add_argument("--stop-datetime", type=_datetime, help="stop at the first event at or after this time (UTC)")
     p.add_argument("--schema-history", metavar="FILE",
                    help="a schema history (binlogd schema build, or the daemon's) naming columns before the files' DDL")
+    _store_arguments(p)
     p.set_defaults(func=cmd_dump)
     if command not in _LIGHT:
         from . import sqlout

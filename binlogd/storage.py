@@ -57,6 +57,15 @@ class Options:
     path_style: bool = False
 
 
+_default_options = Options()
+
+
+def configure(options: Options) -> None:
+    """Make ``options`` the default of every call here that is given none (``info``/``dump``'s flags)."""
+    global _default_options
+    _default_options = options
+
+
 def scheme(path: str | os.PathLike) -> str | None:
     """The URI scheme of ``path`` (``s3``, ``file`` ...), None for a plain path."""
     m = _URI.match(os.fspath(path))
@@ -94,7 +103,7 @@ def filesystem(uri: str, options: Options | None = None):
         StorageError: the scheme's client package is not installed.
     """
     s = scheme(uri)
-    opts = options or Options()
+    opts = options or _default_options
     kwargs: dict = {}
     if s in ("s3", "s3a"):
         client: dict = {}
