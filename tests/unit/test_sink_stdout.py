@@ -71,13 +71,9 @@ def test_make_sink_kinds(tmp_path):
     cfg = SimpleNamespace(kind="jsonl", path=str(tmp_path), max_file_bytes=5, max_file_seconds=0, fsync=False)
     sink = make_sink(cfg)
     assert isinstance(sink, JsonLinesSink) and sink.max_file_bytes == 5 and sink.fsync is False
-    assert isinstance(make_sink(SimpleNamespace(kind="archive", path=str(tmp_path), fsync=True)), ArchiveSink)
-    assert make_sink(SimpleNamespace(kind="archive", path=str(tmp_path), fsync=True)).wants_rows is False
+    archive = SimpleNamespace(kind="archive", path=str(tmp_path), fsync=True, upload=SimpleNamespace(url=""))
+    assert isinstance(make_sink(archive), ArchiveSink)
+    assert make_sink(archive).wants_rows is False
     assert isinstance(make_sink(SimpleNamespace(kind="stdout")), StdoutSink)
     with pytest.raises(SinkError, match="kafka"):
         make_sink(SimpleNamespace(kind="kafka"))
-
-
-# =========================================================================== schema
-
-
