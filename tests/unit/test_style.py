@@ -27,3 +27,15 @@ def test_modules_are_small():
     big = {str(p.relative_to(ROOT)): n for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not big, f"modules over {MAX_LINES} lines (split them): {big}"
+
+
+def test_every_package_folder_is_installed():
+    """pyproject.toml lists its packages by name (package-dir maps the folders): a new subpackage must be
+    listed, or the wheel (and the Docker image) would lack it."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {name: ROOT / path for name, path in setup["package-dir"].items()}
+    found = {".".join((name, *init.parent.relative_to(folder).parts))  # the folders are disjoint
+             for name, folder in folders.items() for init in folder.rglob("__init__.py")}
+    assert found == set(setup["packages"]), f"pyproject.toml packages vs folders: {sorted(found ^ set(setup['packages']))}"
