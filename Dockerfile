@@ -13,7 +13,7 @@
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
-# ---------------------------------------------------------------- build: a venv with binlogd[daemon]
+# ---------------------------------------------------------------- build: a venv with binlogd[daemon,storage]
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -32,12 +32,12 @@ COPY protocol/ protocol/
 COPY daemon/ daemon/
 COPY binlogd/ binlogd/
 COPY pipeline/ pipeline/
-# Every dependency ships manylinux wheels; only binlogd's own optional extension is compiled. pip
+# storage: fsspec + s3fs, for the archive's [sink.upload] to S3. Every dependency ships manylinux wheels; only binlogd's own optional extension is compiled. pip
 # and setuptools leave the venv once it is built, and the bytecode is compiled now, since the root
 # filesystem is read-only at run time.
 # hadolint ignore=DL3013
 RUN python -m venv /opt/binlogd \
- && /opt/binlogd/bin/pip install --no-compile ".[daemon]" \
+ && /opt/binlogd/bin/pip install --no-compile ".[daemon,storage]" \
  && /opt/binlogd/bin/pip uninstall --yes pip setuptools \
  && python -m compileall -q /opt/binlogd/lib
 
