@@ -32,9 +32,9 @@ COPY protocol/ protocol/
 COPY daemon/ daemon/
 COPY binlogd/ binlogd/
 COPY pipeline/ pipeline/
-# storage: fsspec + s3fs, for the archive's [sink.upload] to S3. Every dependency ships manylinux wheels; only binlogd's own optional extension is compiled. pip
-# and setuptools leave the venv once it is built, and the bytecode is compiled now, since the root
-# filesystem is read-only at run time.
+# The storage extra (fsspec, s3fs) serves the archive's [sink.upload]. Every dependency ships manylinux
+# wheels; only binlogd's own optional extension is compiled. pip and setuptools leave the venv once it
+# is built, and the bytecode is compiled now, since the root filesystem is read-only at run time.
 # hadolint ignore=DL3013
 RUN python -m venv /opt/binlogd \
  && /opt/binlogd/bin/pip install --no-compile ".[daemon,storage]" \
