@@ -4,14 +4,15 @@
 
 The reference commit is checked out into a temporary git worktree and its C extensions are built there
 in place by its own setup.py. Every workload then runs against both trees, each run in a process of
-its own: *before* with cwd and PYTHONPATH at the worktree (its top-level ``protocol``, ``daemon``,
-``binlogd`` and ``bench`` import from there, and its own bench functions run), *current* at this tree
-(``binlogd.*`` as installed). Each process reports the files of the modules of ours it imported; one
-from the other tree stops the run, as does a tree whose row images would decode without C. The rounds
-interleave (every workload once per side per round, the side that goes first alternating); each figure
-is the best over the rounds, shown with its range and the ratio current/before, and every figure worse
-than before by more than 5% is marked (exit status 1). bench/README.md ("compare") lists the workloads:
-decode rows/s, raw archive MB/s, ``binlogd run`` rows/s, ``binlogd info``, latency, peak RSS.
+its own (bench/compare_child.py, or ``binlogd`` itself): *before* with cwd and PYTHONPATH at the
+worktree (its top-level ``protocol``, ``daemon``, ``binlogd`` and ``bench`` import from there, and its
+own bench functions run), *current* at this tree (``binlogd.*`` as installed). Each process reports the
+files of the modules of ours it imported; one from the other tree stops the run, as does a tree whose
+row images would decode without C. The rounds interleave (every workload once per side per round, the
+side that goes first alternating); each figure is the best over the rounds, shown with its range and
+the ratio current/before, and every figure worse than before by more than 5% is marked (exit status 1).
+bench/README.md ("compare") lists the workloads: decode rows/s, raw archive MB/s, ``binlogd run``
+rows/s, ``binlogd info``, latency, peak RSS.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.compare_child import MARK, OURS
+
 DEFAULT_REF = "8439772"
 BENCHES = ("decode", "raw", "cdc", "info", "latency", "memory")
 TOLERANCE = 0.05
-OURS = ("binlogd", "protocol", "daemon", "pipeline", "bench")  # top-level names of either tree
-_MARK = "@@bench.compare "
 _BOOT = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
 
 # key: (label, unit, higher is better)
@@ -139,124 +140,23 @@ def format_table(figures: dict) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows]
 
 
-# --------------------------------------------------------------------------- the child process (either tree)
-
-
-class _Server:
-    """What the bench modules use of LocalServer, for the server the parent started."""
-
-    def __init__(self, info: dict):
-        self.__dict__.update(info)
-
-    def connect(self, *, repl: bool = False, **kw):
-        import pymysql
-
-        kw.setdefault("autocommit", True)
-        return pymysql.connect(host=self.host, port=self.port, user=self.repl_user if repl else self.user,
-                               password=self.repl_password if repl else self.password, **kw)
-
-    def sql(self, statement: str, *, database: str | None = None, timeout: float = 60.0) -> list[tuple]:
-        with self.connect(database=database) as conn, conn.cursor() as cur:
-            cur.execute(statement)
-            return list(cur.fetchall())
-
-    def binlog_files(self) -> list[Path]:
-        return [Path(p) for p in self.files]
-
-
-def _child_probe(spec: dict) -> dict:
-    import importlib
-    import importlib.util
-
-    proto = spec["prefix"] + "protocol"
-    rowcodec = importlib.import_module(proto + ".rowcodec")
-    importlib.import_module(spec["prefix"] + "daemon.service")
-    importlib.import_module("binlogd.cli")
-    found = [n for n in ("_rowimage", "_jsonrows", "_skim") if importlib.util.find_spec(f"{proto}.{n}")]
-    return {"c_extensions": found, "row_speedups": rowcodec.speedups_enabled()}
-
-
-def _best(n: int, fn, *args):
-    """(best wall seconds of ``n`` calls, best CPU seconds of this process, the last call's result)."""
-    best, cpu, result = math.inf, math.inf, None
-    for _ in range(n):
-        t0, c0 = time.perf_counter(), time.process_time()
-        result = fn(*args)
-        best, cpu = min(best, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
-    return best, cpu, result
-
-
-def _child_decode(spec: dict) -> dict:
-    from bench.decode import run_binlogd
-
-    seconds, cpu, (changes, values) = _best(spec["inner"], run_binlogd, [Path(p) for p in spec["files"]])
-    return {"seconds": seconds, "cpu": cpu, "changes": changes, "values": values}
-
-
-def _child_raw(spec: dict) -> dict:
-    from bench import raw
-
-    raw._server_ids = itertools.count(spec["server_id"])  # a new replica id per run (the parent's id x 100)
-    srv, target = _Server(spec["server"]), tuple(spec["target"])
-    out = {"durable": [], "no_fsync": [], "durable_cpu": [], "no_fsync_cpu": [], "dirs": []}
-    for _ in range(spec["inner"]):
-        for key, fsync in (("durable", True), ("no_fsync", False)):
-            c0 = time.process_time()
-            seconds, path = raw.run_binlogd(srv, target, fsync=fsync)
-            out[key + "_cpu"].append(time.process_time() - c0)
-            out[key].append(seconds)
-            out["dirs"].append(str(path))
-    return out
-
-
-def _child_info(spec: dict) -> dict:
-    from binlogd import filetools
-
-    filetools.info(spec["file"])
-    return {"seconds": _best(spec["calls"], filetools.info, spec["file"])[0]}
-
-
-def _children_cpu() -> float:
-    """CPU seconds of this process's children that have been waited for."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _child_latency(spec: dict) -> dict:
-    from bench import latency
-
-    args = argparse.Namespace(rate=spec["rate"], seconds=spec["seconds"])
-    with tempfile.TemporaryDirectory(prefix="binlogd-compare-latency-") as tmp:
-        return latency._run(_Server(spec["server"]), args, Path(tmp))
-
-
-_CHILDREN = {"probe": _child_probe, "decode": _child_decode, "raw": _child_raw, "info": _child_info,
-             "latency": _child_latency}
-
-
-def child_main(spec: dict) -> None:
-    out = _CHILDREN[spec["kind"]](spec)
-    out["modules"] = {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())
-                      if n.split(".")[0] in OURS}
-    print(_MARK + json.dumps(out), flush=True)
-
-
 # --------------------------------------------------------------------------- the parent: processes of each side
 
 
 def child_command(spec: dict) -> list[str]:
-    """This file run by path (never imported from either tree's ``bench``) with one JSON spec."""
-    return [sys.executable, "-c", _BOOT, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    """compare_child.py run by path (never imported from either tree's ``bench``) with one JSON spec."""
+    return [sys.executable, "-c", _BOOT, str(Path(__file__).with_name("compare_child.py").resolve()), "--child",
+            json.dumps(spec)]
 
 
 def run_child(side: Side, spec: dict, timeout: float = 1800) -> dict:
     spec = {**spec, "prefix": side.prefix}
     proc = subprocess.run(child_command(spec), cwd=side.root, env=side.env, capture_output=True, text=True,
                           timeout=timeout)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(_MARK)]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode or not lines:
         raise SystemExit(f"{side.name}: {spec['kind']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    out = json.loads(lines[-1][len(_MARK):])
+    out = json.loads(lines[-1][len(MARK):])
     bad = foreign_modules(side.root, out.pop("modules"))
     if bad:
         raise SystemExit(f"{side.name}: {spec['kind']} imported modules from outside {side.root}: {bad[:10]}")
@@ -293,6 +193,12 @@ def _source_sets(srv, server_id: int, workdir: Path) -> dict:
             "source.password": srv.repl_password, "source.server_id": str(server_id),
             "checkpoint.path": str(workdir / "checkpoint.json"), "sink.kind": "jsonl",
             "sink.path": str(workdir / "changes"), "metrics.listen": ""}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have been waited for."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def run_cdc(side: Side, srv, first: str, target: str, server_id: int) -> tuple[float, float, int]:
@@ -395,9 +301,20 @@ class Run:
         self.loads: list[float] = []
         self.ids = itertools.count(1001)  # replica server ids: a new one for every daemon of the run
         self.notes: dict = {}
+        self.failures: list[str] = []
 
     def add(self, metric: str, side: Side, value: float) -> None:
         self.samples.setdefault(metric, {s.name: [] for s in self.sides})[side.name].append(value)
+
+    def attempt(self, what: str, fn, *args) -> None:
+        """``fn(*args)``, once more if it fails; a second failure is recorded and reported, not raised."""
+        for n in (1, 2):
+            try:
+                return fn(*args)
+            except (SystemExit, RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                why = str(exc).strip()[-1500:]
+                log(f"  {what} failed{' again' if n == 2 else ', once more'}: {why}")
+        self.failures.append(f"{what}: {why.splitlines()[-1] if why else '?'}")
 
     def load(self) -> None:
         self.loads.append(os.getloadavg()[0])
@@ -432,35 +349,37 @@ def workload_group(run: Run, benches: list[str]) -> None:
         if "info" in benches:
             for side in run.sides:  # the bytecode of what `binlogd info` imports, compiled once
                 run_process(side, _cli("info", str(files[0])))
+        def measure(bench: str, side: Side) -> None:
+            if bench == "decode":
+                out = run_child(side, {"kind": "decode", "files": [str(p) for p in files], "inner": args.inner})
+                if out["changes"] != total:
+                    raise SystemExit(f"decode saw {out['changes']} row changes, not {total}")
+                run.add("decode", side, total / out["seconds"])
+                run.add("decode_cpu", side, out["cpu"])
+            elif bench == "raw":
+                out = run_child(side, {"kind": "raw", "server": server, "target": [files[-1].name, 4],
+                                       "inner": args.inner, "server_id": 100 * next(run.ids)})
+                for d in out["dirs"]:
+                    _check_identical(srv, Path(d), closed, side.name)
+                    shutil.rmtree(d, ignore_errors=True)
+                for key, name in (("durable", "raw_durable"), ("no_fsync", "raw_nofsync")):
+                    run.add(name, side, size / min(out[key]) / 1e6)
+                    run.add(name + "_cpu", side, min(out[key + "_cpu"]))
+            elif bench == "cdc":
+                seconds, cpu, lines = run_cdc(side, srv, files[0].name, files[-1].name, next(run.ids))
+                if lines != total:
+                    raise SystemExit(f"binlogd run wrote {lines} change lines, not {total}")
+                run.add("cdc", side, total / seconds)
+                run.add("cdc_cpu", side, cpu)
+            elif bench == "info":
+                out = run_child(side, {"kind": "info", "file": str(files[0]), "calls": 200})
+                run.add("info_call", side, out["seconds"] * 1e3)
+
         for r in range(args.repeat):
             run.load()
             for bench in benches:
                 for side in round_order(run.sides, r):
-                    if bench == "decode":
-                        out = run_child(side, {"kind": "decode", "files": [str(p) for p in files],
-                                               "inner": args.inner})
-                        if out["changes"] != total:
-                            raise SystemExit(f"{side.name}: decode saw {out['changes']} row changes, not {total}")
-                        run.add("decode", side, total / out["seconds"])
-                        run.add("decode_cpu", side, out["cpu"])
-                    elif bench == "raw":
-                        out = run_child(side, {"kind": "raw", "server": server, "target": [files[-1].name, 4],
-                                               "inner": args.inner, "server_id": 100 * next(run.ids)})
-                        for d in out["dirs"]:
-                            _check_identical(srv, Path(d), closed, side.name)
-                            shutil.rmtree(d, ignore_errors=True)
-                        for key, name in (("durable", "raw_durable"), ("no_fsync", "raw_nofsync")):
-                            run.add(name, side, size / min(out[key]) / 1e6)
-                            run.add(name + "_cpu", side, min(out[key + "_cpu"]))
-                    elif bench == "cdc":
-                        seconds, cpu, lines = run_cdc(side, srv, files[0].name, files[-1].name, next(run.ids))
-                        if lines != total:
-                            raise SystemExit(f"{side.name}: binlogd run wrote {lines} change lines, not {total}")
-                        run.add("cdc", side, total / seconds)
-                        run.add("cdc_cpu", side, cpu)
-                    elif bench == "info":
-                        out = run_child(side, {"kind": "info", "file": str(files[0]), "calls": 200})
-                        run.add("info_call", side, out["seconds"] * 1e3)
+                    run.attempt(f"{bench}, {side.name}, round {r + 1}", measure, bench, side)
                 if bench == "info":
                     starts: dict[str, list[tuple]] = {s.name: [] for s in run.sides}
                     for i in range(args.starts):
@@ -479,19 +398,22 @@ def latency_group(run: Run) -> None:
     args = run.args
     with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as srv:
         server = _server_info(srv, [])
+
+        def measure(side: Side) -> None:
+            srv.sql("DROP DATABASE IF EXISTS l")
+            srv.sql("CREATE DATABASE l")
+            srv.sql("CREATE TABLE l.t (id BIGINT PRIMARY KEY, v VARCHAR(16))")
+            out = run_child(side, {"kind": "latency", "server": server, "rate": args.rate, "seconds": args.seconds})
+            for key, who in (("lat", "binlogd"), ("lat_durable", "binlogd durable"),
+                             ("peer", "python-mysql-replication")):
+                run.add(f"{key}_p50", side, out[who]["p50_ms"])
+                run.add(f"{key}_p99", side, out[who]["p99_ms"])
+            run.notes.setdefault("latency_rate", []).append(round(out["achieved_rate"]))
+
         for r in range(args.repeat):
             run.load()
             for side in round_order(run.sides, r):
-                srv.sql("DROP DATABASE IF EXISTS l")
-                srv.sql("CREATE DATABASE l")
-                srv.sql("CREATE TABLE l.t (id BIGINT PRIMARY KEY, v VARCHAR(16))")
-                out = run_child(side, {"kind": "latency", "server": server, "rate": args.rate,
-                                       "seconds": args.seconds})
-                for key, who in (("lat", "binlogd"), ("lat_durable", "binlogd durable"),
-                                 ("peer", "python-mysql-replication")):
-                    run.add(f"{key}_p50", side, out[who]["p50_ms"])
-                    run.add(f"{key}_p99", side, out[who]["p99_ms"])
-                run.notes.setdefault("latency_rate", []).append(round(out["achieved_rate"]))
+                run.attempt(f"latency, {side.name}, round {r + 1}", measure, side)
             run.load()
             log(f"  round {r + 1}/{args.repeat} done (latency); load average {run.loads[-1]:.1f}")
 
@@ -541,7 +463,7 @@ def report(run: Run, started: dt.datetime) -> dict:
             "schema_source_current": run.args.schema_source,
             "notes": {k: v for k, v in run.notes.items() if k not in ("before", "current")},
             "samples": run.samples, "figures": figures,
-            "worse": [k for k, f in figures.items() if f["worse"] and k not in CONTROLS]}
+            "worse": [k for k, f in figures.items() if f["worse"] and k not in CONTROLS], "failures": run.failures}
 
 
 def print_report(result: dict) -> None:
@@ -558,6 +480,8 @@ def print_report(result: dict) -> None:
         print("  " + line)
     worse = [METRICS[k][0] for k in result["worse"]]
     print(f"  worse than before by more than {TOLERANCE:.0%}: {', '.join(worse) if worse else 'none'}")
+    for failure in result["failures"]:
+        print(f"  FAILED twice, left out: {failure}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -619,11 +543,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         print_report(result)
-    return 1 if result["worse"] else 0
+    return 1 if result["worse"] or result["failures"] else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        child_main(json.loads(sys.argv[2]))
-    else:
-        sys.exit(main())
+    sys.exit(main())
