@@ -474,7 +474,8 @@ def print_report(result: dict) -> None:
         print(f"  {name + ':':<9}{side['commit']}  ({side['root']}; C: {', '.join(side['c_extensions']) or 'none'})")
     print(f"  the current daemon's schema.source: {result['schema_source_current']}")
     load = result["load_average"]
-    print(f"  {result['rounds']} interleaved rounds (memory: one, both daemons at once), best and range over them; "
+    memory = " (memory: one, both daemons at once)" if "rss" in result["figures"] else ""
+    print(f"  {result['rounds']} interleaved rounds{memory}, best and range over them; "
           f"load average (1 min) {load[0]:.1f}-{load[1]:.1f}" if load else "")
     for line in format_table(result["figures"]):
         print("  " + line)
