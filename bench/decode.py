@@ -47,6 +47,7 @@ DEFAULT_ROWS = 200_000
 SCHEMA = "bench"
 TABLE = "t"
 PEER_SERVER_ID = 4242   # replica server id used by python-mysql-replication
+SCHEMA_HISTORY_GOAL = 0.02  # issue 15: the history adds less than 2% to this benchmark
 PEER_INSTALL_HINT = (
     "python-mysql-replication is not importable. Install it into the project's venv with:\n"
     "    .venv/bin/pip install 'mysql-replication==1.0.17'"
@@ -424,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
             "minimal_metadata": {"row_changes": n_min, "cpu_seconds_without": t_min, "cpu_seconds_with": t_min_hist,
                                  "overhead": t_min_hist / t_min - 1, "tracker_cpu_seconds": t_min_track,
                                  "tracker_share": t_min_track / t_min},
+            # issue 15's goal, on the decode benchmark's (FULL-metadata) files: the tracker's own calls, timed
+            # alone (end to end, the difference drowns in the noise of a shared machine: see "overhead")
+            "cost": t_track / t_cpu, "goal": SCHEMA_HISTORY_GOAL, "minimal_cost": t_min_track / t_min,
             "mode": "dump_events with SchemaTracker.lookup as schema source and observe() on every event; "
                     "without and with run alternately, best CPU time of each; tracker_share: the tracker's "
                     "own calls timed alone over the decoded events, as a share of decoding without it",
@@ -455,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
               f"FULL-metadata files ({full_sh['overhead']:+.1%} end to end); {min_sh['tracker_share']:+.2%} "
               f"({min_sh['overhead']:+.1%} end to end) on {n_min} row changes logged with MINIMAL metadata, "
               f"named from the history")
+        met = "met" if sh["cost"] < SCHEMA_HISTORY_GOAL else "NOT met"
+        print(f"  schema history cost: {sh['cost']:.1%} (goal < {SCHEMA_HISTORY_GOAL:.0%}: {met}; its own calls, "
+              f"{full_sh['overhead']:+.1%} end to end); {sh['minimal_cost']:.1%} with MINIMAL metadata "
+              f"({min_sh['overhead']:+.1%} end to end)")
         if profile:
             print("\ncProfile of binlogd's path (one run, top 15 by tottime):")
             print(profile)
