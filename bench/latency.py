@@ -53,7 +53,7 @@ def _tail_sink(directory: Path, checkpoint: Path, seen: dict, durable: dict, sto
     (``durable``: id -> when the checkpoint's sink offset first covered the line)."""
     offsets: dict[Path, int] = {}
     waiting: list[tuple[str, int, int]] = []  # (file name, end offset of the line, id), not durable yet
-    stamp = None
+    stamp, covered = None, ("", 0)  # the checkpoint last read, and the sink position it covers
     while not stop.is_set():
         for path in sorted(directory.glob("changes-*.jsonl")):
             with open(path, "rb") as fh:
@@ -73,9 +73,12 @@ def _tail_sink(directory: Path, checkpoint: Path, seen: dict, durable: dict, sto
         except FileNotFoundError:
             mtime = None
         if waiting and mtime != stamp:
-            stamp, now = mtime, time.monotonic()
+            stamp = mtime
             sink = json.loads(checkpoint.read_text())["sink"]
             covered = (sink["file"], sink["offset"])
+        # lines read after the checkpoint that covers them are durable as soon as they are seen
+        if waiting and waiting[0][:2] <= covered:
+            now = time.monotonic()
             for item in [w for w in waiting if w[:2] <= covered]:
                 durable.setdefault(item[2], now)
             waiting = [w for w in waiting if w[:2] > covered]
