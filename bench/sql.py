@@ -1,11 +1,13 @@
 """SQL-out benchmark (issue 18): ``binlogd sql`` against ``mariadb-binlog`` on the same files.
 
-``python -m bench.sql [--rows N] [--repeat N] [--json]``:
+``python -m bench.sql [--rows N] [--repeat N] [--json] [--pure-python] [--profile] [--keep DIR]``:
 
 1. starts a throwaway MariaDB (ROW, FULL row image and metadata) and writes bench.decode's workload:
    ``--rows`` inserts in 500-row transactions into a 10-column table, rows/10 updates and rows/20
    deletes, then FLUSH BINARY LOGS;
-2. measures, best of ``--repeat`` runs each, every tool a process of its own writing to /dev/null:
+2. measures, interleaved (one run of each tool per round, ``--repeat`` rounds), every tool a process of
+   its own writing to /dev/null, binlogd with compiled bytecode as an installed package runs
+   (:func:`bench.decode.bytecode_env`):
 
    - replay: ``binlogd sql FILES`` against ``mariadb-binlog FILES`` (its replay output: the row events
      as BINLOG base64 statements, which only a server decodes) and ``mariadb-binlog -v FILES`` (the same,
@@ -15,25 +17,39 @@
 
 3. checks binlogd's output holds every row change (INSERT tuples, UPDATE and DELETE statements) and
    exits with status 1 if not;
-4. prints row changes per second of each and the ratios binlogd/peer (``--json``: one JSON object).
+4. prints row changes per second of each (from its best round, and the range over the rounds) and the
+   ratios binlogd/peer: of the best rounds, and the range of the ratios within each round (``--json``:
+   one JSON object).
+
+``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups); ``--profile`` adds one
+binlogd replay in this process under cProfile (top 25 by own time, to stderr); ``--keep DIR`` copies the
+binlog files there.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime as dt
+import io
 import json
+import os
+import pstats
 import re
 import shutil
 import subprocess
 import sys
 import time
+from contextlib import redirect_stdout
 from pathlib import Path
 
-from bench.decode import SERVER_ARGS, machine, write_workload
+from bench.decode import SERVER_ARGS, bytecode_env, machine, write_workload
 
 DEFAULT_ROWS = 200_000
 _INSERT_TUPLES = re.compile(rb"\),\(")
+RATIOS = {"replay vs mariadb-binlog": ("binlogd sql", "mariadb-binlog"),
+          "replay vs mariadb-binlog -v": ("binlogd sql", "mariadb-binlog -v"),
+          "flashback vs mariadb-binlog --flashback": ("binlogd sql --flashback", "mariadb-binlog --flashback")}
 
 
 def log(msg: str) -> None:
@@ -45,14 +61,11 @@ def _binlogd() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "binlogd.cli"]
 
 
-def best_of(n: int, cmd: list[str]) -> float:
-    """Best wall time of ``n`` runs of ``cmd`` with stdout to /dev/null (each must exit 0)."""
-    best = float("inf")
-    for _ in range(n):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
-        best = min(best, time.perf_counter() - t0)
-    return best
+def timed(cmd: list[str], env: dict | None = None) -> float:
+    """Wall time of one run of ``cmd`` with stdout and stderr to /dev/null (it must exit 0)."""
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+    return time.perf_counter() - t0
 
 
 def count_changes(sql: bytes) -> int:
@@ -66,18 +79,51 @@ def count_changes(sql: bytes) -> int:
     return changes
 
 
+def profile(files: list[str], top: int = 25) -> str:
+    """cProfile of one ``binlogd sql`` replay of ``files`` in this process (output discarded)."""
+    from binlogd.cli import main
+
+    prof = cProfile.Profile()
+    with open(os.devnull, "w") as sink, redirect_stdout(sink):  # the command writes to sys.stdout.buffer
+        prof.runcall(main, ["sql", *files])
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def measure(files: list[str], rounds: int, env: dict) -> dict[str, list[float]]:
+    """Seconds of each tool in each round (one run of every tool per round, in turn)."""
+    peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
+    runs = {
+        "binlogd sql": ([*_binlogd(), "sql", *files], env),
+        "mariadb-binlog": ([peer, "--no-defaults", *files], None),
+        "mariadb-binlog -v": ([peer, "--no-defaults", "-v", *files], None),
+        "binlogd sql --flashback": ([*_binlogd(), "sql", "--flashback", "--skip-unsafe", *files], env),
+        "mariadb-binlog --flashback": ([peer, "--no-defaults", "--flashback", *files], None),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for rnd in range(rounds):
+        for name, (cmd, cmd_env) in runs.items():
+            seconds[name].append(timed(cmd, cmd_env))
+        log(f"round {rnd + 1}: " + ", ".join(f"{name} {s[-1]:.2f}s" for name, s in seconds.items()))
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sql", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=DEFAULT_ROWS,
                     help=f"inserted rows (default {DEFAULT_ROWS}); rows/10 updates and rows/20 deletes follow")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement, best reported (default 3)")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
+    ap.add_argument("--pure-python", action="store_true", help="binlogd without its C speedups")
+    ap.add_argument("--profile", action="store_true", help="also cProfile one binlogd replay (to stderr)")
+    ap.add_argument("--keep", metavar="DIR", help="copy the workload's binlog files into DIR")
     ns = ap.parse_args(argv)
-    peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
-    if peer is None:
+    if shutil.which("mariadb-binlog") is None and shutil.which("mysqlbinlog") is None:
         raise SystemExit("mariadb-binlog (or mysqlbinlog) not found in PATH: install mariadb-client")
     from binlogd.localserver import LocalServer
 
+    env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON="1" if ns.pure_python else ""))
     started = dt.datetime.now().astimezone()
     with LocalServer(extra_args=SERVER_ARGS) as srv:
         log(f"server: {srv.flavor} {srv.version} on port {srv.port}")
@@ -87,42 +133,39 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             conn.close()
         files = [str(p) for p in srv.binlog_files()[:-1]]  # the file in use holds nothing of the workload
+        if ns.keep:
+            for f in files:
+                shutil.copy(f, ns.keep)
         size = sum(Path(f).stat().st_size for f in files)
         total = sum(expected.values())
-        ours = subprocess.run([*_binlogd(), "sql", *files], capture_output=True, check=True).stdout
+        ours = subprocess.run([*_binlogd(), "sql", *files], capture_output=True, check=True, env=env).stdout
         if count_changes(ours) != total:
             log(f"ROW COUNT MISMATCH: binlogd sql wrote {count_changes(ours)} row changes, the workload made {total}")
             return 1
-        runs = {
-            "binlogd sql": [*_binlogd(), "sql", *files],
-            "mariadb-binlog": [peer, "--no-defaults", *files],
-            "mariadb-binlog -v": [peer, "--no-defaults", "-v", *files],
-            "binlogd sql --flashback": [*_binlogd(), "sql", "--flashback", "--skip-unsafe", *files],
-            "mariadb-binlog --flashback": [peer, "--no-defaults", "--flashback", *files],
-        }
-        seconds = {}
-        for name, cmd in runs.items():
-            log(f"measuring {name} ...")
-            seconds[name] = best_of(ns.repeat, cmd)
-            log(f"  {seconds[name]:.2f} s")
-    rate = {name: total / s for name, s in seconds.items()}
-    ratios = {
-        "replay vs mariadb-binlog": rate["binlogd sql"] / rate["mariadb-binlog"],
-        "replay vs mariadb-binlog -v": rate["binlogd sql"] / rate["mariadb-binlog -v"],
-        "flashback vs mariadb-binlog --flashback": rate["binlogd sql --flashback"] / rate["mariadb-binlog --flashback"],
-    }
+        seconds = measure(files, ns.repeat, env)
+        if ns.profile:
+            log(profile(files))
+    best = {name: min(s) for name, s in seconds.items()}
+    rate = {name: total / s for name, s in best.items()}
+    ratios = {label: rate[ours_] / rate[peer] for label, (ours_, peer) in RATIOS.items()}
+    ratio_ranges = {label: [min(p / o for o, p in zip(seconds[ours_], seconds[peer])),
+                            max(p / o for o, p in zip(seconds[ours_], seconds[peer]))]
+                    for label, (ours_, peer) in RATIOS.items()}
     result = {"date": started.isoformat(timespec="seconds"), "machine": machine(), "row_changes": total,
-              "files_bytes": size, "seconds": seconds,
-              "rows_per_second": rate, "ratios": ratios}
+              "files_bytes": size, "rounds": ns.repeat, "pure_python": ns.pure_python, "seconds": seconds,
+              "rows_per_second": rate, "ratios": ratios, "ratio_ranges_per_round": ratio_ranges}
     if ns.json:
         print(json.dumps(result, indent=2))
         return 0
     print(f"binlogd sql benchmark, {started:%Y-%m-%d %H:%M %Z}; {result['machine']}")
-    print(f"{total} row changes ({expected}), {result['files_bytes'] / 1e6:.1f} MB of binlog")
+    print(f"{total} row changes ({expected}), {result['files_bytes'] / 1e6:.1f} MB of binlog; "
+          f"{ns.repeat} interleaved rounds{', binlogd without C speedups' if ns.pure_python else ''}")
     for name, s in seconds.items():
-        print(f"  {name:<28} {s:8.2f} s  {rate[name]:>12,.0f} rows/s")
-    for name, r in ratios.items():
-        print(f"  {name:<40} {r:.2f}x")
+        print(f"  {name:<28} {best[name]:6.2f} s ({min(s):.2f}-{max(s):.2f})  {rate[name]:>12,.0f} rows/s "
+              f"({total / max(s):,.0f}-{total / min(s):,.0f})")
+    for label, r in ratios.items():
+        lo, hi = ratio_ranges[label]
+        print(f"  {label:<40} {r:.2f}x (per round {lo:.2f}-{hi:.2f}x)")
     return 0
 
 
