@@ -154,24 +154,42 @@ def _unknown_charset(where: str) -> Render:
     return value
 
 
-def _text_render(col: Column, where: str, match: bool) -> Render:
-    """Text columns: UTF-8 quoted when the decoder decoded it, else the raw bytes under an introducer."""
-    charset = charset_for_collation(col.collation)
-    if col.collation is None:
-        return _unknown_charset(where)
-    if col.collation == BINARY_COLLATION:
-        return _hex
-    if codec_for_collation(col.collation) is None or charset not in _TEXT_CHARSETS:
-        # utf16/ucs2/sjis/…: Python's mapping may differ from the server's; send the bytes themselves.
-        codec = codec_for_collation(col.collation)
-        intro = "_" + charset + " "
-        if codec is None:
-            return lambda v: intro + _hex(v)
-        return lambda v: intro + "X'" + v.encode(codec, "backslashreplace").hex() + "'"
-    if match:
-        # <=> on a case-insensitive or accent-insensitive collation would match other rows too.
-        return lambda v: quote(v) + " COLLATE utf8mb4_bin"
-    return _text
+def literal_kind(col: Column) -> str:
+    """What a column's literals are made from (each kind has its renderer in :func:`renderer`):
+
+    "number" (integers, DECIMAL, YEAR), "signed?" (an integer of unknown signedness), "double",
+    "float", "temporal", "bit", "enum_set", "json", "vector", "hex" (binary strings and GEOMETRY),
+    "text" (UTF-8 quoted), "charset" (text of another character set, as its bytes), "unknown_charset",
+    "null"; "" for a type that cannot appear in a row.
+    """
+    t = col.type
+    if t in _INTEGERS:
+        return "signed?" if col.unsigned is None else "number"
+    if t in _SIMPLE_KINDS:
+        return _SIMPLE_KINDS[t]
+    if t in _CHARACTER:
+        if col.collation is None:
+            return "unknown_charset"
+        if col.collation == BINARY_COLLATION:
+            return "hex"
+        if codec_for_collation(col.collation) is None or charset_for_collation(col.collation) not in _TEXT_CHARSETS:
+            return "charset"  # utf16/ucs2/sjis/…: Python's mapping may differ from the server's
+        return "text"
+    return ""
+
+
+_SIMPLE_KINDS = {T.NEWDECIMAL: "number", T.DECIMAL: "number", T.YEAR: "number", T.DOUBLE: "double",
+                 T.FLOAT: "float", T.BIT: "bit", T.ENUM: "enum_set", T.SET: "enum_set", T.JSON: "json",
+                 T.VECTOR: "vector", T.GEOMETRY: "hex", T.NULL: "null", **{t: "temporal" for t in _QUOTED}}
+
+
+def _charset_render(col: Column) -> Render:
+    """Text of a character set Python may map otherwise than the server: the bytes under an introducer."""
+    codec = codec_for_collation(col.collation)
+    intro = "_" + charset_for_collation(col.collation) + " "
+    if codec is None:
+        return lambda v: intro + _hex(v)
+    return lambda v: intro + "X'" + v.encode(codec, "backslashreplace").hex() + "'"
 
 
 def renderer(col: Column, flavor: str, where: str, match: bool = False) -> Render:
@@ -186,30 +204,26 @@ def renderer(col: Column, flavor: str, where: str, match: bool = False) -> Rende
         SqlOutError: a column whose values cannot be rendered exactly (charset or signedness unknown,
             a type that cannot appear in a row).
     """
-    t = col.type
-    if t in _INTEGERS and col.unsigned is None:
+    kind = literal_kind(col)
+    if kind == "signed?":
         return _nullable(_signed_unknown(where))
-    if t in _INTEGERS or t in (T.NEWDECIMAL, T.DECIMAL, T.YEAR):
+    if kind == "number":
         return _str if col.nullable else str
-    if t == T.DOUBLE:
+    if kind == "double":
         return _repr if col.nullable else repr
-    if t == T.FLOAT:
-        return _nullable(_float32)
-    if t in _QUOTED:
+    if kind == "temporal":
         return _temporal
-    if t == T.BIT:
-        return _nullable(_bit)
-    if t in (T.ENUM, T.SET):
-        return _nullable(_enum_set)
-    if t == T.JSON:
-        return _nullable(_json)
-    if t == T.VECTOR:
-        return _nullable(_vector("VEC_FromText" if flavor == "mariadb" else "STRING_TO_VECTOR"))
-    if t == T.GEOMETRY:
-        return _nullable(_hex)
-    if t in _CHARACTER:
-        render = _text_render(col, where, match)
-        return render if render is _text else _nullable(render)
-    if t == T.NULL:
+    if kind == "text":
+        # <=> on a case-insensitive or accent-insensitive collation would match other rows too.
+        return (lambda v: "NULL" if v is None else quote(v) + " COLLATE utf8mb4_bin") if match else _text
+    if kind == "null":
         return lambda v: "NULL"
-    raise SqlOutError(f"{where}: column type {int(t)} cannot appear in a row image")
+    if kind == "vector":
+        return _nullable(_vector("VEC_FromText" if flavor == "mariadb" else "STRING_TO_VECTOR"))
+    if kind == "unknown_charset":
+        return _nullable(_unknown_charset(where))
+    if kind == "charset":
+        return _nullable(_charset_render(col))
+    if kind:
+        return _nullable({"float": _float32, "bit": _bit, "enum_set": _enum_set, "json": _json, "hex": _hex}[kind])
+    raise SqlOutError(f"{where}: column type {int(col.type)} cannot appear in a row image")
