@@ -24,7 +24,7 @@ from .groups import Range, parse_gtids, select
 from .render import Filters, Renderer
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
-_FLUSH_CHARS = 1 << 20
+_FLUSH_BYTES = 1 << 20
 
 
 def _gtids(text: str):
@@ -83,22 +83,26 @@ def _notice(message: str) -> None:
 
 
 class _Output:
-    """Lines to stdout, in chunks (surrogate-escaped text turns back into the logged bytes)."""
+    """Lines to stdout, in chunks of about 1 MiB: each line a str (surrogate-escaped text turns back into
+    the logged bytes) or bytes (UTF-8 lines made so, such as the C writer's), each followed by a newline."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.chunks: list[bytes] = []
         self.size = 0
 
-    def write(self, lines: list[str]) -> None:
-        self.lines += lines
-        self.size += sum(map(len, lines))
-        if self.size >= _FLUSH_CHARS:
+    def write(self, lines: list) -> None:
+        chunks = self.chunks
+        for line in lines:
+            chunks.append(line if type(line) is bytes else line.encode("utf-8", "surrogateescape"))
+            chunks.append(b"\n")
+            self.size += len(line)
+        if self.size >= _FLUSH_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        if self.lines:
-            sys.stdout.buffer.write(("\n".join(self.lines) + "\n").encode("utf-8", "surrogateescape"))
-            self.lines, self.size = [], 0
+        if self.chunks:
+            sys.stdout.buffer.writelines(self.chunks)  # a long line goes out without a copy
+            self.chunks, self.size = [], 0
         sys.stdout.buffer.flush()
 
 

@@ -22,9 +22,11 @@ from binlogd.protocol import events as E
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.gtid import Gtid, MariadbGtid
+from binlogd.protocol.rows import RowImages
 
+from . import native
 from .errors import SqlOutError
-from .groups import Group, Statement, statement_kind
+from .groups import Annotation, Group, Statement, statement_kind
 from .literals import ident, quote
 from .rowsql import TablePlan
 
@@ -79,6 +81,7 @@ class Renderer:
     _tables: dict = field(default_factory=dict)  # table id → the last TABLE_MAP for it
     _loads: dict = field(default_factory=dict)  # LOAD DATA file id → its blocks so far
     partial: bool = False  # a group's head is written and its end is not
+    _last_plan: tuple = (None, None, None)  # the TABLE_MAP, group and plan of the last _plan
 
     # ------------------------------------------------------------------ shared
     def _set(self, out: list, key: str, statement: str) -> None:
@@ -87,7 +90,11 @@ class Renderer:
             out.append(statement + ";")
 
     def _plan(self, tmap: E.TableMapEvent, g: Group, ev: E.Event) -> TablePlan:
-        """The table's plan, made again when its TABLE_MAP, the file's server or its history's key change."""
+        """The table's plan, made again when its TABLE_MAP, the file's server or its history's key change
+        (none of which can change for the rows events of one TABLE_MAP in one group)."""
+        last = self._last_plan
+        if last[0] is tmap and last[1] is g:
+            return last[2]
         key = (tmap.schema, tmap.table)
         pk = self.primary_key(tmap.schema, tmap.table, tuple(c.name for c in tmap.columns))
         cached = self._plans.get(key)
@@ -95,7 +102,31 @@ class Renderer:
                 cached[1:3] != (g.flavor, pk):
             cached = self._plans[key] = (tmap.columns, g.flavor, pk,
                                          TablePlan(tmap, g.flavor, f"{g.file}:{ev.header.pos}", pk))
+        self._last_plan = (tmap, g, cached[3])
         return cached[3]
+
+    def _row_lines(self, g: Group, ev: E.RowsEvent, invert: bool) -> list | None:
+        """The statement lines of a rows event (str, or bytes from the C writer: :mod:`.native`); [] when
+        it holds no rows; with ``invert`` the lines that undo it, None when its images cannot.
+
+        Raises:
+            SqlOutError, EventDecodeError: the event's rows cannot be decoded or written exactly.
+        """
+        images = ev._decode
+        if native.speedups_enabled() and type(images) is RowImages:
+            if not len(images.data):
+                return []
+            try:
+                lines = native.row_lines(self._plan(self._tables[ev.table_id], g, ev), ev, invert)
+            except Exception:  # noqa: BLE001 - the reference path below raises the canonical error
+                lines = None
+            if lines is not None:
+                return lines
+        if not ev.rows:
+            return []
+        plan = self._plan(self._tables[ev.table_id], g, ev)
+        statements = plan.invert(ev.kind, ev.rows) if invert else plan.replay(ev.kind, ev.rows)
+        return None if statements is None else [s + ";" for s in statements]
 
     def _row_session(self, out: list, ev: E.RowsEvent) -> None:
         for key, statement in ROW_SESSION:
@@ -123,11 +154,10 @@ class Renderer:
             if isinstance(ev, E.TableMapEvent):
                 tables[ev.table_id] = ev
             elif isinstance(ev, E.RowsEvent):
-                if self.filters.rows(ev.schema, ev.table) and ev.rows:
-                    plan = self._plan(tables[ev.table_id], g, ev)
+                if self.filters.rows(ev.schema, ev.table) and (lines := self._row_lines(g, ev, invert=False)):
                     self._row_session(body, ev)
                     body += pending
-                    body += [s + ";" for s in plan.replay(ev.kind, ev.rows)]
+                    body += lines
                 pending = []
             elif isinstance(ev, Statement):
                 text = self._load_data(g, ev) if isinstance(ev.event, E.ExecuteLoadQueryEvent) else ev.text
@@ -141,8 +171,8 @@ class Renderer:
                 if ev.header.type_code == ET.BEGIN_LOAD_QUERY:
                     blocks.clear()
                 blocks.append(ev.data)
-            elif isinstance(ev, E.RowsQueryEvent):
-                pending.append("-- " + ev.query.replace("\r", " ").replace("\n", "\n-- "))
+            elif isinstance(ev, Annotation):
+                pending.append(native.comment(ev.event.query, ev.raw))
             else:
                 pending.append(_context_event(ev, g))
             if len(body) >= _BATCH_LINES:
@@ -244,15 +274,14 @@ class Renderer:
             if isinstance(ev, E.TableMapEvent):
                 tables[ev.table_id] = ev
             elif isinstance(ev, E.RowsEvent):
-                if not self.filters.rows(ev.schema, ev.table) or not ev.rows:
+                if not self.filters.rows(ev.schema, ev.table):
                     continue
-                plan = self._plan(tables[ev.table_id], g, ev)
-                inverse = plan.invert(ev.kind, ev.rows)
+                inverse = self._row_lines(g, ev, invert=True)
                 if inverse is None:
                     self._unsafe(g, ev, f"`{ev.schema}`.`{ev.table}`: partial row images (binlog_row_image "
                                  "MINIMAL or NOBLOB) do not say what to restore")
-                else:
-                    undo.append([s + ";" for s in inverse])
+                elif inverse:
+                    undo.append(inverse)
             elif isinstance(ev, Statement):
                 kind = statement_kind(ev.text)
                 if self.filters.statement(ev.event.schema) and not kind.startswith(_HARMLESS):

@@ -23,6 +23,7 @@ class TablePlan:
         primary_key: the key's column names from a schema history, used when the TABLE_MAP marks none.
     Fields:
         name: `` `db`.`table` ``. columns: label → Column. pk: the primary key's labels (empty when unknown).
+        table_columns: the TABLE_MAP's columns. native: the C writer's compiled images (:mod:`.native`).
     Raises (on construction):
         SqlOutError: the TABLE_MAP names no columns, or a column cannot be rendered exactly.
     """
@@ -34,6 +35,8 @@ class TablePlan:
                               "binlog_row_metadata other than FULL) and no schema history names them, so no "
                               "SQL for its rows can be sure to be right")
         self.name = ident(table_map.schema) + "." + ident(table_map.table)
+        self.table_columns = table_map.columns
+        self.native: dict = {}
         self.columns = {c.name: c for c in table_map.columns}
         self.quoted = {c.name: ident(c.name) for c in table_map.columns}
         self.value = {c.name: renderer(c, flavor, f"{where}: {label}.`{c.name}`") for c in table_map.columns}

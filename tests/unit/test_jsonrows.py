@@ -160,15 +160,17 @@ def test_corpus_goes_through_c(monkeypatch) -> None:
 
 
 def test_one_switch_turns_every_speedup_off() -> None:
-    """BINLOGD_PURE_PYTHON=1 turns off the JSON writer, the row image decoder, the skim and the framing loop."""
-    code = ("from binlogd.protocol import jsonrows, packet, rowcodec, skim; "
-            "print(jsonrows._speedups, rowcodec.speedups_enabled(), skim._USE_C, packet._ok_payloads_c is not None)")
+    """BINLOGD_PURE_PYTHON=1 turns off the JSON writer, the row image decoder, the skim, the framing loop and
+    the SQL writer of ``binlogd sql``."""
+    code = ("from binlogd.protocol import jsonrows, packet, rowcodec, skim; from binlogd.sqlout import native; "
+            "print(jsonrows._speedups, rowcodec.speedups_enabled(), skim._USE_C, packet._ok_payloads_c is not None, "
+            "native.speedups_enabled())")
     env = dict(os.environ, BINLOGD_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False"] * 4
+    assert out.stdout.split() == ["False"] * 5
     env.pop("BINLOGD_PURE_PYTHON")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True"] * 4
+    assert out.stdout.split() == ["True"] * 5
 
 
 # --------------------------------------------------------------------------- synthetic rows

@@ -1,0 +1,879 @@
+/* protocol._sqlrows: optional C writer of row images as SQL text (see binlogd/sqlout/native.py). */
+#include "_rowplan.h"
+#include <stddef.h>
+
+PyDoc_STRVAR(module_doc,
+"Row images written as the SQL text of binlogd sql, in C, from the plans protocol._rowimage\n"
+"decodes (rowcodec.image_plan).\n"
+"\n"
+"Image(plan, null_offset, forms, key) compiles one image shape. forms has one entry per plan entry,\n"
+"(form, name, arg): name is the column's quoted name as bytes; form says how a value is written:\n"
+"  F_NATIVE   from the decoded value, by opcode: integers, DECIMAL and YEAR as digits, DOUBLE as\n"
+"             Python's repr, dates and times quoted, BIT as b'...', ENUM/SET by arg: None (the\n"
+"             number) or a tuple of bytes per name (ENUM: the quoted literal, SET: escaped, unquoted)\n"
+"  F_FLOAT32  a 4-byte float (OP_FIXED_CALL) as Python's repr of its exact double\n"
+"  F_TEXT     OP_TEXT quoted and escaped as mysql_real_escape_string, from the text Python decodes\n"
+"             (backslashreplace); compared (match) with ' COLLATE utf8mb4_bin' after it\n"
+"  F_HEX      OP_BYTES_CALL's bytes as X'..', zero bytes added up to arg (an int) when shorter\n"
+"  F_CALL     arg = (render, match): render(value) (match(value) when compared), a str, in UTF-8 with\n"
+"             surrogateescape, where value is the Python value protocol._rowimage decodes\n"
+"SQL NULL is NULL. key: a tuple of the positions in the image of the table's primary key (in key\n"
+"order), or None when the image does not hold the whole key.\n"
+"\n"
+"rows(first, second, data, what, head, reverse) -> (bytes, rows) writes every row of data:\n"
+"  W_VALUES          head, then (v,...) per row of first, ',' between rows, then ';'\n"
+"  W_DELETE          head + where(first) + ';' per row, newline between rows\n"
+"  W_UPDATE          head + sets(second) + where(first) + ';' (rows are first then second images)\n"
+"  W_UPDATE_SWAPPED  head + sets(first) + where(second) + ';'\n"
+"where(image) is ' WHERE ' + the key's `c`=v joined by ' AND ', or without a key every column's\n"
+"`c`<=>v (match form) joined by ' AND ' and ' LIMIT 1'; sets(image) is `c`=v joined by ','.\n"
+"reverse writes the rows last first. Every value of every row is decoded and checked as\n"
+"protocol._rowimage decodes it, written or not: what it rejects raises the same kind of error.\n"
+"\n"
+"comment(raw) -> bytes: '-- ' + raw with each newline followed by '-- ' and each carriage return a space,\n"
+"when raw is well-formed UTF-8 (the text Python decodes from it, encoded again); else None.");
+
+enum { F_NATIVE, F_FLOAT32, F_TEXT, F_HEX, F_CALL };
+enum { W_VALUES, W_DELETE, W_UPDATE, W_UPDATE_SWAPPED };
+
+typedef struct {
+    Col c;                 /* how the value is read: the plan entry */
+    int form, pad;         /* how it is written; F_HEX: zero bytes up to pad */
+    PyObject *name;        /* bytes: `name` */
+    PyObject *names;       /* F_NATIVE ENUM/SET: tuple of bytes, or None */
+    PyObject *render, *match;  /* F_CALL */
+} Column;
+
+typedef struct {
+    PyObject_VAR_HEAD      /* ob_size: number of columns */
+    Py_ssize_t nbytes;     /* null bitmap bytes */
+    Py_ssize_t nkey;       /* positions in key; -1: the image does not hold the key */
+    Py_ssize_t *key;
+    Column cols[];
+} Image;
+
+/* One value of a row: its bytes (s NULL for SQL NULL) and, for F_CALL, its Python value. */
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n;
+    PyObject *obj;
+} Span;
+
+/* ------------------------------------------------------------------ output */
+
+/* The output, written straight into a bytes object (o->bytes NULL until the first byte). */
+typedef struct {
+    PyObject *bytes;
+    char *s;
+    Py_ssize_t len, cap;
+} Out;
+
+/* Where n more bytes can be written (then o->len is set by the caller), or NULL with MemoryError. */
+static char *
+room(Out *o, Py_ssize_t n)
+{
+    if (o->cap - o->len < n) {
+        Py_ssize_t cap = o->cap < 65536 ? 65536 : o->cap;
+        while (cap - o->len < n && cap <= PY_SSIZE_T_MAX / 2)
+            cap *= 2;
+        if (cap - o->len < n) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        if (o->bytes == NULL ? (o->bytes = PyBytes_FromStringAndSize(NULL, cap)) == NULL
+                             : _PyBytes_Resize(&o->bytes, cap) < 0)
+            return NULL;
+        o->s = PyBytes_AS_STRING(o->bytes);
+        o->cap = cap;
+    }
+    return o->s + o->len;
+}
+
+/* The bytes written (a new reference; the Out is emptied), or NULL. */
+static PyObject *
+out_bytes(Out *o)
+{
+    PyObject *bytes = o->bytes;
+    o->bytes = NULL;
+    if (bytes == NULL)
+        return PyBytes_FromStringAndSize(NULL, 0);
+    return _PyBytes_Resize(&bytes, o->len) < 0 ? NULL : bytes;
+}
+
+static int
+add(Out *o, const void *s, Py_ssize_t n)
+{
+    char *w = room(o, n);
+    if (w == NULL)
+        return -1;
+    memcpy(w, s, (size_t)n);
+    o->len += n;
+    return 0;
+}
+
+#define ADD_LITERAL(o, text) add((o), (text), (Py_ssize_t)sizeof(text) - 1)
+
+static int
+add_bytes(Out *o, PyObject *bytes)
+{
+    return add(o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+}
+
+/* ------------------------------------------------------------------ quoted text */
+
+/* What quote() (binlogd/sqlout/literals.py) writes after a backslash for each byte; 0 for a byte kept as
+ * it is; 1 for the bytes of multi-byte UTF-8, which are kept only inside a well-formed character. */
+static unsigned char ESCAPE[256];
+
+static void
+init_escape(void)
+{
+    for (int c = 0x80; c < 256; c++)
+        ESCAPE[c] = 1;
+    ESCAPE['\\'] = '\\';
+    ESCAPE['\''] = '\'';
+    ESCAPE[0] = '0';
+    ESCAPE['\n'] = 'n';
+    ESCAPE['\r'] = 'r';
+    ESCAPE[0x1a] = 'Z';
+}
+
+/* The length of the well-formed UTF-8 character at s (left bytes there), or 0 when Python's UTF-8
+ * decoder would not take it (Unicode's table of well-formed byte sequences). */
+static int
+utf8_length(const unsigned char *s, Py_ssize_t left)
+{
+    unsigned lead = s[0], lo = 0x80, hi = 0xBF;
+    int len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (lead < 0xC2 || lead > 0xF4 || left < len)
+        return 0;
+    if (lead == 0xE0)
+        lo = 0xA0;
+    else if (lead == 0xED)
+        hi = 0x9F;
+    else if (lead == 0xF0)
+        lo = 0x90;
+    else if (lead == 0xF4)
+        hi = 0x8F;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (int k = 2; k < len; k++)
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* quote() of the text Python decodes from these UTF-8 bytes with backslashreplace: a byte outside a
+ * well-formed character is the 4 characters \xNN there, whose backslash quote() doubles. */
+static int
+put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
+{
+    static const char HEX[] = "0123456789abcdef";
+    const unsigned char *end = s + n;
+    if (add(o, "'", 1) < 0)
+        return -1;
+    while (s < end) {
+        const unsigned char *stop = end - s > 4096 ? s + 4096 : end;
+        char *w = room(o, 5 * (stop - s) + 4);  /* 5 bytes out per byte in at most; a character may run 3 past stop */
+        if (w == NULL)
+            return -1;
+        while (s < stop) {
+            const unsigned char *run = s;
+            while (s < stop && !ESCAPE[*s])
+                s++;
+            memcpy(w, run, (size_t)(s - run));
+            w += s - run;
+            if (s == stop)
+                break;
+            unsigned char e = ESCAPE[*s];
+            int k;
+            if (e != 1) {
+                *w++ = '\\';
+                *w++ = (char)e;
+                s++;
+            }
+            else if ((k = utf8_length(s, end - s)) != 0) {
+                memcpy(w, s, (size_t)k);
+                w += k;
+                s += k;
+            }
+            else {
+                memcpy(w, "\\\\x", 3);
+                w[3] = HEX[*s >> 4];
+                w[4] = HEX[*s & 15];
+                w += 5;
+                s++;
+            }
+        }
+        o->len = w - o->s;
+    }
+    return add(o, "'", 1);
+}
+
+/* A str's UTF-8 (surrogateescape: the bytes it stands for) appended. */
+static int
+put_str(Out *o, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "a renderer returned %R, not a str", text);
+        return -1;
+    }
+    PyObject *raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogateescape");
+    if (raw == NULL)
+        return -1;
+    int r = add_bytes(o, raw);
+    Py_DECREF(raw);
+    return r;
+}
+
+/* ------------------------------------------------------------------ one value */
+
+static int
+put_repr(Out *o, double d)
+{
+    char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL)
+        return -1;
+    int r = add(o, text, (Py_ssize_t)strlen(text));
+    PyMem_Free(text);
+    return r;
+}
+
+static int
+put_digits(Out *o, int negative, int64_t sv, uint64_t uv)
+{
+    char *w = room(o, 24);
+    if (w == NULL)
+        return -1;
+    if (negative)
+        w = put_int(w, sv, 0);
+    else {
+        char tmp[24];
+        int k = 0;
+        do {
+            tmp[k++] = (char)('0' + uv % 10);
+            uv /= 10;
+        } while (uv);
+        while (k)
+            *w++ = tmp[--k];
+    }
+    o->len = w - o->s;
+    return 0;
+}
+
+/* F_NATIVE ENUM / SET */
+static int
+put_enum_set(Out *o, const Column *col, const unsigned char *s)
+{
+    uint64_t x = le(s, col->c.width);
+    if (col->names == Py_None)
+        return put_digits(o, 0, 0, x);
+    Py_ssize_t n = PyTuple_GET_SIZE(col->names);
+    if (col->c.op == OP_ENUM)
+        return x < (uint64_t)n ? add_bytes(o, PyTuple_GET_ITEM(col->names, (Py_ssize_t)x)) : put_digits(o, 0, 0, x);
+    int first = 1;
+    if (add(o, "'", 1) < 0)
+        return -1;
+    for (Py_ssize_t k = 0; k < n && k < 64; k++) {
+        if (!(x >> k & 1))
+            continue;
+        if ((!first && add(o, ",", 1) < 0) || add_bytes(o, PyTuple_GET_ITEM(col->names, k)) < 0)
+            return -1;
+        first = 0;
+    }
+    return add(o, "'", 1);
+}
+
+/* F_NATIVE: the dates, times and DECIMAL as their text (quoted for the dates and times). */
+static int
+put_text_value(Out *o, const Col *c, const unsigned char *s)
+{
+    char *w = room(o, TEXT_MAX + 2);
+    if (w == NULL)
+        return -1;
+    int quoted = c->op != OP_DECIMAL;
+    if (quoted)
+        *w++ = '\'';
+    switch (c->op) {
+    case OP_DATE:
+        w = put_packed_date(w, s);
+        break;
+    case OP_DATETIME2:
+        w = put_datetime2(w, s, c->arg);
+        break;
+    case OP_TIMESTAMP2:
+        w = put_utc(w, (int64_t)be(s, 4), frac_usec(s + 4, c->arg), c->arg);
+        break;
+    case OP_TIME2:
+        w = put_time2(w, s, c->arg);
+        break;
+    case OP_TIMESTAMP:
+        w = put_utc(w, (int64_t)le(s, 4), 0, 0);
+        break;
+    default:  /* OP_DECIMAL, checked when the row was read */
+        if ((w = put_decimal(w, c, s)) == NULL)
+            return -1;
+    }
+    if (quoted)
+        *w++ = '\'';
+    o->len = w - o->s;
+    return 0;
+}
+
+static int
+put_native(Out *o, const Column *col, const unsigned char *s)
+{
+    const Col *c = &col->c;
+    int64_t sv;
+    uint64_t x;
+    switch (c->op) {
+    case OP_NONE:
+        return ADD_LITERAL(o, "NULL");
+    case OP_INT:
+        return int_value(c, s, &sv, &x) ? put_digits(o, 1, sv, 0) : put_digits(o, 0, 0, x);
+    case OP_DOUBLE:
+        return put_repr(o, PyFloat_Unpack8((const char *)s, 1));
+    case OP_YEAR:
+        return put_digits(o, 0, 0, s[0] ? 1900u + s[0] : 0);
+    case OP_BIT: {
+        char *w = room(o, 67);
+        if (w == NULL)
+            return -1;
+        x = be(s, c->width);
+        int top = 63;
+        while (top > 0 && !(x >> top & 1))
+            top--;
+        *w++ = 'b';
+        *w++ = '\'';
+        for (; top >= 0; top--)
+            *w++ = (char)('0' + (x >> top & 1));
+        *w++ = '\'';
+        o->len = w - o->s;
+        return 0;
+    }
+    case OP_ENUM:
+    case OP_SET:
+        return put_enum_set(o, col, s);
+    default:
+        return put_text_value(o, c, s);
+    }
+}
+
+static int
+put_hex(Out *o, const unsigned char *s, Py_ssize_t n, Py_ssize_t pad)
+{
+    static const char HEX[] = "0123456789abcdef";
+    Py_ssize_t zeros = pad > n ? pad - n : 0;
+    if (n > (PY_SSIZE_T_MAX - 3) / 2 - zeros) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    char *w = room(o, 2 * (n + zeros) + 3);
+    if (w == NULL)
+        return -1;
+    *w++ = 'X';
+    *w++ = '\'';
+    for (Py_ssize_t k = 0; k < n; k++) {
+        *w++ = HEX[s[k] >> 4];
+        *w++ = HEX[s[k] & 15];
+    }
+    memset(w, '0', (size_t)(2 * zeros));
+    w += 2 * zeros;
+    *w++ = '\'';
+    o->len = w - o->s;
+    return 0;
+}
+
+/* One value as a literal: stored (match 0) or compared with <=> (match 1). */
+static int
+put_value(Out *o, const Column *col, const Span *v, int match)
+{
+    const Col *c = &col->c;
+    if (v->s == NULL)
+        return ADD_LITERAL(o, "NULL");
+    switch (col->form) {
+    case F_FLOAT32:
+        return put_repr(o, PyFloat_Unpack4((const char *)v->s, 1));
+    case F_HEX:
+        return put_hex(o, v->s, v->n, col->pad);
+    case F_CALL: {
+        PyObject *text = PyObject_CallOneArg(match ? col->match : col->render, v->obj);
+        if (text == NULL)
+            return -1;
+        int r = put_str(o, text);
+        Py_DECREF(text);
+        return r;
+    }
+    case F_TEXT: {
+        int r;
+        if (c->flag)
+            r = put_quoted(o, v->s, v->n);
+        else {  /* another character set: Python decodes it, its text goes out in UTF-8 */
+            PyObject *text = PyUnicode_Decode((const char *)v->s, v->n, c->codec, "backslashreplace");
+            Py_ssize_t n;
+            const char *utf8 = text == NULL ? NULL : PyUnicode_AsUTF8AndSize(text, &n);
+            r = utf8 == NULL ? -1 : put_quoted(o, (const unsigned char *)utf8, n);
+            Py_XDECREF(text);
+        }
+        return r < 0 || !match ? r : ADD_LITERAL(o, " COLLATE utf8mb4_bin");
+    }
+    default:
+        return put_native(o, col, v->s);
+    }
+}
+
+/* ------------------------------------------------------------------ reading rows */
+
+/* The Python value protocol._rowimage decodes for an F_CALL column. */
+static PyObject *
+python_value(const Col *c, const unsigned char *s, Py_ssize_t n)
+{
+    if (c->op == OP_TEXT)
+        return c->flag ? PyUnicode_DecodeUTF8((const char *)s, n, "backslashreplace")
+                       : PyUnicode_Decode((const char *)s, n, c->codec, "backslashreplace");
+    return call_with_bytes(c->obj, s, n);  /* OP_BYTES_CALL, OP_FIXED_CALL, OP_JSON (never partial here) */
+}
+
+static void
+release(Span *sp, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_CLEAR(sp[i].obj);
+}
+
+enum { READ_VALUES = 1, READ_CHECKS = 2 };
+
+/* Reads one image into sp (one Span per column). With READ_VALUES, the Python values of F_CALL columns
+ * are made (which checks them, as the decoder does); with READ_CHECKS, DECIMALs are checked too (a
+ * DECIMAL written is checked when it is written). */
+static int
+read_image(const Image *im, Buf *b, Span *sp, int flags)
+{
+    char scratch[TEXT_MAX];
+    if (im->nbytes > b->len - b->pos) {
+        PyErr_SetString(EventDecodeError, "row image null bitmap runs past the event");
+        return -1;
+    }
+    const unsigned char *nulls = b->s + b->pos;
+    b->pos += im->nbytes;
+    for (Py_ssize_t i = 0; i < Py_SIZE(im); i++) {
+        const Column *col = &im->cols[i];
+        const Col *c = &col->c;
+        Span *v = &sp[i];
+        if (c->nullable && nulls[c->bit >> 3] >> (c->bit & 7) & 1) {
+            v->s = NULL;
+            continue;
+        }
+        if ((v->s = take_value(b, c, &v->n)) == NULL)
+            return -1;
+        if (c->op == OP_NONE)
+            v->s = NULL;
+        else if (c->op == OP_RAISE) {
+            PyErr_SetObject(EventDecodeError, c->obj);
+            return -1;
+        }
+        else if (c->op == OP_DECIMAL && flags & READ_CHECKS && put_decimal(scratch, c, v->s) == NULL)
+            return -1;
+        else if (col->form == F_CALL && flags & READ_VALUES && (v->obj = python_value(c, v->s, v->n)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* The flags reading an image for writing takes: checks where only the key of it is written. */
+static int
+write_flags(const Image *im, int where)
+{
+    return READ_VALUES | (where && im->nkey >= 0 ? READ_CHECKS : 0);
+}
+
+/* One row: the first image, then the second when there is one. flags: read_image's (a pass that
+ * writes nothing takes 0), or -1 for those of writing `what`. */
+static int
+read_row(const Image *first, const Image *second, Buf *b, Span *sp, int what, int flags)
+{
+    Py_ssize_t start = b->pos;
+    int f1 = flags >= 0 ? flags : write_flags(first, what == W_DELETE || what == W_UPDATE);
+    int f2 = flags >= 0 || second == NULL ? flags : write_flags(second, what == W_UPDATE_SWAPPED);
+    if (read_image(first, b, sp, f1) < 0 || (second != NULL && read_image(second, b, sp + Py_SIZE(first), f2) < 0))
+        return -1;
+    if (b->pos == start) {
+        PyErr_SetString(EventDecodeError, second == NULL
+                        ? "row image is empty (no column present): the event cannot hold rows"
+                        : "row images are empty (no column present): the event cannot hold rows");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ statements */
+
+/* `c`=v,... (sep ",") or the key's `c`=v AND ... (sep " AND ") */
+static int
+put_assignments(Out *o, const Image *im, const Span *sp, const Py_ssize_t *which, Py_ssize_t n, const char *sep)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = which == NULL ? k : which[k];
+        if ((k && add(o, sep, (Py_ssize_t)strlen(sep)) < 0) || add_bytes(o, im->cols[i].name) < 0
+                || add(o, "=", 1) < 0 || put_value(o, &im->cols[i], &sp[i], 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+put_where(Out *o, const Image *im, const Span *sp)
+{
+    if (ADD_LITERAL(o, " WHERE ") < 0)
+        return -1;
+    if (im->nkey >= 0)
+        return put_assignments(o, im, sp, im->key, im->nkey, " AND ");
+    for (Py_ssize_t i = 0; i < Py_SIZE(im); i++)
+        if ((i && ADD_LITERAL(o, " AND ") < 0) || add_bytes(o, im->cols[i].name) < 0 || ADD_LITERAL(o, "<=>") < 0
+                || put_value(o, &im->cols[i], &sp[i], 1) < 0)
+            return -1;
+    return ADD_LITERAL(o, " LIMIT 1");
+}
+
+static int
+put_row(Out *o, int what, const Py_buffer *head, const Image *first, const Image *second, const Span *sp)
+{
+    const Span *sp2 = sp + Py_SIZE(first);
+    if (what == W_VALUES) {  /* head is the statement's, before the first row */
+        if (add(o, "(", 1) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < Py_SIZE(first); i++)
+            if ((i && add(o, ",", 1) < 0) || put_value(o, &first->cols[i], &sp[i], 0) < 0)
+                return -1;
+        return add(o, ")", 1);
+    }
+    if (add(o, head->buf, head->len) < 0)
+        return -1;
+    if (what == W_UPDATE && (put_assignments(o, second, sp2, NULL, Py_SIZE(second), ",") < 0
+                             || put_where(o, first, sp) < 0))
+        return -1;
+    if (what == W_UPDATE_SWAPPED && (put_assignments(o, first, sp, NULL, Py_SIZE(first), ",") < 0
+                                     || put_where(o, second, sp2) < 0))
+        return -1;
+    if (what == W_DELETE && put_where(o, first, sp) < 0)
+        return -1;
+    return add(o, ";", 1);
+}
+
+/* Every row from data's start, in order; or (reverse) every row's start first, then last to first. */
+static int
+put_rows(Out *o, int what, const Py_buffer *head, const Image *first, const Image *second, Buf *b, Span *sp,
+         Py_ssize_t nspans, int reverse, Py_ssize_t *count)
+{
+    Py_ssize_t *starts = NULL, nstarts = 0, cap = 0;
+    int r = -1;
+    while (reverse && b->pos < b->len) {
+        if (nstarts == cap) {
+            cap = cap ? 2 * cap : 64;
+            Py_ssize_t *grown = PyMem_Realloc(starts, (size_t)cap * sizeof(Py_ssize_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            starts = grown;
+        }
+        starts[nstarts++] = b->pos;
+        r = read_row(first, second, b, sp, what, 0);
+        release(sp, nspans);
+        if (r < 0)
+            goto done;
+    }
+    r = -1;
+    if (what == W_VALUES && add(o, head->buf, head->len) < 0)
+        goto done;
+    for (Py_ssize_t k = 0; reverse ? k < nstarts : b->pos < b->len; k++) {
+        if (reverse)
+            b->pos = starts[nstarts - 1 - k];
+        int bad = (k && add(o, what == W_VALUES ? "," : "\n", 1) < 0) || read_row(first, second, b, sp, what, -1) < 0
+                  || put_row(o, what, head, first, second, sp) < 0;
+        release(sp, nspans);
+        if (bad)
+            goto done;
+        *count = k + 1;
+    }
+    r = what == W_VALUES ? add(o, ";", 1) : 0;
+done:
+    PyMem_Free(starts);
+    return r;
+}
+
+static PyTypeObject ImageType;
+
+static PyObject *
+rows(PyObject *module, PyObject *args)
+{
+    Image *first;
+    PyObject *second, *result = NULL;
+    Py_buffer data, head;
+    int what, reverse;
+    Out o = {NULL, NULL, 0, 0};
+    Py_ssize_t count = 0;
+
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!Oy*iy*p:rows", &ImageType, &first, &second, &data, &what, &head, &reverse))
+        return NULL;
+    int pairs = what == W_UPDATE || what == W_UPDATE_SWAPPED;
+    if (what < W_VALUES || what > W_UPDATE_SWAPPED || (pairs ? !PyObject_TypeCheck(second, &ImageType)
+                                                             : second != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "rows: an unknown what, or second not an Image for updates and None else");
+        goto done;
+    }
+    Py_ssize_t nspans = Py_SIZE(first) + (pairs ? Py_SIZE(second) : 0);
+    Span *sp = PyMem_Calloc((size_t)nspans + 1, sizeof(Span));
+    if (sp == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Buf b = {data.buf, data.len, 0};
+    if (put_rows(&o, what, &head, first, pairs ? (Image *)second : NULL, &b, sp, nspans, reverse, &count) == 0) {
+        PyObject *text = out_bytes(&o);
+        result = text == NULL ? NULL : Py_BuildValue("(Nn)", text, count);
+    }
+    PyMem_Free(sp);
+done:
+    Py_XDECREF(o.bytes);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&head);
+    return result;
+}
+
+/* ------------------------------------------------------------------ images */
+
+/* The form of column i: (form, name, arg), checked against its opcode. */
+static int
+parse_form(Column *col, PyObject *form)
+{
+    static const char *const usage = "forms are (form, name bytes, arg) tuples fitting the plan's opcodes";
+    PyObject *name, *arg;
+    int op = col->c.op, ok;
+    if (!PyTuple_Check(form) || !PyArg_ParseTuple(form, "iO!O:form", &col->form, &PyBytes_Type, &name, &arg))
+        goto bad;
+    col->name = Py_NewRef(name);
+    switch (col->form) {
+    case F_NATIVE:
+        ok = op != OP_TEXT && op != OP_BYTES_CALL && op != OP_FIXED_CALL && op != OP_JSON;
+        if (op == OP_ENUM || op == OP_SET) {
+            ok = arg == Py_None || PyTuple_Check(arg);
+            for (Py_ssize_t k = 0; ok && arg != Py_None && k < PyTuple_GET_SIZE(arg); k++)
+                ok = PyBytes_Check(PyTuple_GET_ITEM(arg, k));
+            col->names = Py_NewRef(arg);
+        }
+        break;
+    case F_FLOAT32:
+        ok = op == OP_FIXED_CALL && col->c.width == 4;
+        break;
+    case F_TEXT:
+        ok = op == OP_TEXT;
+        break;
+    case F_HEX:
+        ok = op == OP_BYTES_CALL && PyLong_Check(arg) && (col->pad = PyLong_AsLong(arg)) >= 0 && col->pad <= 65535;
+        break;
+    case F_CALL:
+        ok = (op == OP_TEXT || op == OP_BYTES_CALL || op == OP_FIXED_CALL || op == OP_JSON)
+             && PyArg_ParseTuple(arg, "OO:F_CALL arg", &col->render, &col->match)
+             && PyCallable_Check(col->render) && PyCallable_Check(col->match);
+        Py_XINCREF(col->render);
+        Py_XINCREF(col->match);
+        break;
+    default:
+        ok = 0;
+    }
+    if (ok)
+        return 0;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "%s: %R", usage, form);
+    return -1;
+}
+
+static void Image_dealloc(Image *im);
+
+static PyObject *
+Image_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"plan", "null_offset", "forms", "key", NULL};
+    PyObject *plan, *forms, *key;
+    int null_offset;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iO!O:Image", kwlist, &PyTuple_Type, &plan, &null_offset,
+                                     &PyTuple_Type, &forms, &key))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    if (null_offset < 0 || null_offset > 7 || n > 65536 || PyTuple_GET_SIZE(forms) != n
+            || (key != Py_None && !PyTuple_Check(key))) {
+        PyErr_SetString(PyExc_ValueError, "null_offset must be 0..7, the plan at most 65536 columns with one form "
+                        "each, key a tuple or None");
+        return NULL;
+    }
+    Image *im = (Image *)type->tp_alloc(type, n);  /* zeroed: a partly built image deallocates */
+    if (im == NULL)
+        return NULL;
+    im->nbytes = (n + null_offset + 7) / 8;
+    im->nkey = key == Py_None ? -1 : PyTuple_GET_SIZE(key);
+    if (im->nkey > 0 && (im->key = PyMem_Calloc((size_t)im->nkey, sizeof(Py_ssize_t))) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < im->nkey; k++) {
+        im->key[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, k));
+        if (im->key[k] < 0 || im->key[k] >= n) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "key positions must be columns of the image");
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        im->cols[i].c.bit = (int)i + null_offset;
+        if (parse_entry(&im->cols[i].c, PyTuple_GET_ITEM(plan, i)) < 0
+                || parse_form(&im->cols[i], PyTuple_GET_ITEM(forms, i)) < 0)
+            goto fail;
+    }
+    return (PyObject *)im;
+fail:
+    Py_DECREF(im);
+    return NULL;
+}
+
+static int
+Image_traverse(Image *im, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; i < Py_SIZE(im); i++) {
+        Column *col = &im->cols[i];
+        if (col_traverse(&col->c, visit, arg) < 0)
+            return -1;
+        Py_VISIT(col->name);
+        Py_VISIT(col->names);
+        Py_VISIT(col->render);
+        Py_VISIT(col->match);
+    }
+    return 0;
+}
+
+static void
+Image_dealloc(Image *im)
+{
+    PyObject_GC_UnTrack(im);
+    for (Py_ssize_t i = 0; i < Py_SIZE(im); i++) {
+        Column *col = &im->cols[i];
+        col_clear(&col->c);
+        Py_CLEAR(col->name);
+        Py_CLEAR(col->names);
+        Py_CLEAR(col->render);
+        Py_CLEAR(col->match);
+    }
+    PyMem_Free(im->key);
+    Py_TYPE(im)->tp_free((PyObject *)im);
+}
+
+static PyTypeObject ImageType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "binlogd.protocol._sqlrows.Image",
+    .tp_doc = PyDoc_STR("Image(plan, null_offset, forms, key): a row image plan compiled for SQL (see the module doc)."),
+    .tp_basicsize = offsetof(Image, cols),
+    .tp_itemsize = sizeof(Column),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Image_new,
+    .tp_dealloc = (destructor)Image_dealloc,
+    .tp_traverse = (traverseproc)Image_traverse,
+};
+
+/* ------------------------------------------------------------------ comments */
+
+/* The length of the well-formed UTF-8 text at the start of s: all of it when it is all such text. */
+static Py_ssize_t
+utf8_prefix(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t k = 0;
+    while (k < n) {
+        uint64_t v;
+        if (n - k >= 8 && (memcpy(&v, s + k, 8), !(v & 0x8080808080808080ULL))) {
+            k += 8;  /* eight ASCII bytes */
+            continue;
+        }
+        int len = s[k] < 0x80 ? 1 : utf8_length(s + k, n - k);
+        if (len == 0)
+            break;
+        k += len;
+    }
+    return k;
+}
+
+/* comment(raw) -> bytes | None */
+static PyObject *
+comment(PyObject *module, PyObject *arg)
+{
+    Py_buffer raw;
+    Out o = {NULL, NULL, 0, 0};
+    PyObject *result = NULL;
+
+    (void)module;
+    if (!PyArg_Parse(arg, "y*:comment", &raw))
+        return NULL;
+    const unsigned char *s = raw.buf, *end = s + raw.len;
+    if (utf8_prefix(s, raw.len) < raw.len) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (ADD_LITERAL(&o, "-- ") < 0)
+        goto done;
+    const unsigned char *nl = memchr(s, '\n', (size_t)(end - s)), *cr = memchr(s, '\r', (size_t)(end - s));
+    while (s < end) {
+        const unsigned char *stop = nl == NULL ? cr : cr == NULL || nl < cr ? nl : cr;
+        if (stop == NULL)
+            stop = end;
+        if (add(&o, s, stop - s) < 0 || (stop < end && (*stop == '\n' ? ADD_LITERAL(&o, "\n-- ") : add(&o, " ", 1)) < 0))
+            goto done;
+        s = stop + (stop < end);
+        if (nl != NULL && nl < s)
+            nl = memchr(s, '\n', (size_t)(end - s));
+        if (cr != NULL && cr < s)
+            cr = memchr(s, '\r', (size_t)(end - s));
+    }
+    result = out_bytes(&o);
+done:
+    Py_XDECREF(o.bytes);
+    PyBuffer_Release(&raw);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"rows", rows, METH_VARARGS,
+     PyDoc_STR("rows(first, second, data, what, head, reverse) -> (bytes, rows) (see the module doc).")},
+    {"comment", comment, METH_O,
+     PyDoc_STR("comment(raw) -> bytes | None: the UTF-8 text raw as SQL comment lines (see the module doc).")},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, .m_name = "binlogd.protocol._sqlrows", .m_doc = module_doc, .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__sqlrows(void)
+{
+    static const struct { const char *name; int value; } constants[] = {
+        {"F_NATIVE", F_NATIVE}, {"F_FLOAT32", F_FLOAT32}, {"F_TEXT", F_TEXT}, {"F_HEX", F_HEX}, {"F_CALL", F_CALL},
+        {"W_VALUES", W_VALUES}, {"W_DELETE", W_DELETE}, {"W_UPDATE", W_UPDATE}, {"W_UPDATE_SWAPPED", W_UPDATE_SWAPPED},
+    };
+    init_escape();
+    if (load_errors() < 0 || PyType_Ready(&ImageType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Image", (PyObject *)&ImageType) < 0)
+        goto fail;
+    for (size_t k = 0; k < sizeof(constants) / sizeof(constants[0]); k++)
+        if (PyModule_AddIntConstant(m, constants[k].name, constants[k].value) < 0)
+            goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

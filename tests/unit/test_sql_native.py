@@ -1,0 +1,287 @@
+"""The C SQL writer (``protocol._sqlrows`` through ``binlogd.sqlout.native``) against the reference path.
+
+The reference is what ``binlogd sql`` wrote before the C writer: rows decoded into dicts by the
+generated Python decoders (no C at all), each value rendered by :mod:`binlogd.sqlout.literals`. Both
+must give the same bytes, or the reference must fail where the C writer does:
+- ``binlogd sql`` of every file of the shared corpus: replay, flashback and flashback --skip-unsafe give
+  the same exit code, output and messages;
+- synthetic tables of every column type (hypothesis): whole and partial images, with and without a
+  primary key (from the TABLE_MAP or a schema history), inserts, updates and deletes replayed and
+  inverted, plausible and mutated bytes;
+- text (every byte, invalid UTF-8), every double and float, and the ANNOTATE_ROWS comment lines.
+The every-type tables of a real server are in tests/integration/test_sql_native_every_type.py.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+from binlogd.protocol import events as E
+from binlogd.protocol import rowcodec
+from binlogd.protocol.constants import ColumnType as T
+from binlogd.protocol.errors import EventDecodeError
+from binlogd.protocol.rowcodec import TableCodec
+from binlogd.protocol.rows import RowImages
+from binlogd.protocol.tablemap import Column
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from binlogd.cli import main
+from binlogd.sqlout import native
+from binlogd.sqlout.errors import SqlOutError
+from binlogd.sqlout.literals import literal_kind
+from binlogd.sqlout.rowsql import TablePlan
+from tests.support.paths import CORPUS
+from tests.support.rowfuzz import COLUMN_SPECS, mutate, value_bytes
+
+C = pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
+
+CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".txt",
+                                                                                          ".json", ".py", ".result"))
+_HEADER = E.EventHeader(1700000000, 30, 7, 100, 0, 0, 1234)
+
+
+@contextmanager
+def _mode(c_writer: bool):
+    """The C row decoder and SQL writer on (the native path), or every C speedup off (the reference)."""
+    rows_mode, sql_mode = rowcodec.speedups_enabled(), native.speedups_enabled()
+    assert native.use_speedups(True), "the C SQL writer is built but off (BINLOGD_PURE_PYTHON set?)"
+    rowcodec.use_speedups(c_writer)
+    native.use_speedups(c_writer)
+    try:
+        yield
+    finally:
+        rowcodec.use_speedups(rows_mode)
+        native.use_speedups(sql_mode)
+
+
+# --------------------------------------------------------------------------- whole files
+
+
+def _sql(capsysbinary, args: list) -> tuple[int, bytes, bytes]:
+    code = main(["sql", *map(str, args)])
+    out, err = capsysbinary.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def c_rows(monkeypatch):
+    """Counts the C writer's calls: {"ok": n, "raised": [exceptions]}."""
+    calls = {"ok": 0, "raised": []}
+    real = C.rows
+
+    def rows(*args):
+        try:
+            out = real(*args)
+        except Exception as exc:
+            calls["raised"].append(exc)
+            raise
+        calls["ok"] += 1
+        return out
+
+    monkeypatch.setattr(native.C, "rows", rows)
+    return calls
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
+def test_corpus_file_same_sql(path, capsysbinary, c_rows) -> None:
+    for options in ([], ["--flashback"], ["--flashback", "--skip-unsafe"]):
+        with _mode(False):
+            reference = _sql(capsysbinary, [*options, path])
+        c_rows["raised"].clear()
+        with _mode(True):
+            written = _sql(capsysbinary, [*options, path])
+        assert written[0] == reference[0], (options, written[2], reference[2])
+        assert written[2] == reference[2], options
+        assert written[1] == reference[1], options
+        assert not c_rows["raised"] or reference[0] != 0, f"the C writer raised {c_rows['raised'][0]!r} ({options})"
+
+
+def test_corpus_goes_through_c(capsysbinary, c_rows) -> None:
+    """The corpus comparison is worth something only if the C writer wrote (nearly) every rows event."""
+    if not CORPUS_FILES:
+        pytest.skip("no corpus")
+    with _mode(True):
+        for path in CORPUS_FILES:
+            _sql(capsysbinary, [path])
+    assert c_rows["ok"] > 1000, c_rows
+
+
+# --------------------------------------------------------------------------- synthetic tables
+
+
+def _table(data, most: int) -> tuple[tuple, tuple[Column, ...]]:
+    """1 to ``most`` columns of any type, oddly named, some of them the primary key: (specs, columns)."""
+    specs = data.draw(st.lists(COLUMN_SPECS, min_size=1, max_size=most), label="columns")
+    key = data.draw(st.sets(st.integers(0, len(specs) - 1), max_size=2), label="key")
+    names = data.draw(st.lists(st.sampled_from(["c", "we`ird", "é", "a b", "'q'"]), min_size=len(specs),
+                               max_size=len(specs)))
+    columns = tuple(Column(i, t, m, nullable=data.draw(st.booleans()), name=f"{names[i]}{i}", primary_key=i in key,
+                           **kw) for i, (t, m, kw) in enumerate(specs))
+    return specs, columns
+
+
+def _image(data, specs, columns, present: list[int], null_offset: int) -> bytes:
+    nulls, values = 0, b""
+    for bit, i in enumerate(present):
+        if columns[i].nullable and data.draw(st.booleans()):
+            nulls |= 1 << (bit + null_offset)
+        else:
+            values += value_bytes(data.draw, specs[i][0], specs[i][1])
+    return nulls.to_bytes((len(present) + null_offset + 7) // 8, "little") + values
+
+
+def _present(data, n: int) -> int:
+    """A presence bitmap: mostly every column, sometimes a part of them (MINIMAL images)."""
+    every = (1 << n) - 1
+    return data.draw(st.sampled_from([every, every]) | st.integers(1, every), label="present")
+
+
+def _outcome(fn):
+    try:
+        return "ok", fn()
+    except (EventDecodeError, SqlOutError) as exc:
+        return "error", type(exc)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_synthetic_tables(data) -> None:
+    """Up to 8 columns and 4 rows, sometimes mutated: what is written, and what is refused."""
+    _check_synthetic(data, 8, 4, mutated=True)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_small_tables(data) -> None:
+    """One or two columns and rows, not mutated: most of them are written, every type many times."""
+    _check_synthetic(data, 2, 2, mutated=False)
+
+
+def _check_synthetic(data, most_columns: int, most_rows: int, mutated: bool) -> None:
+    specs, columns = _table(data, most_columns)
+    kind = data.draw(st.sampled_from(["insert", "update", "delete"]), label="kind")
+    null_offset = data.draw(st.sampled_from([0, 0, 1]), label="null_offset")
+    before = _present(data, len(columns))
+    after = _present(data, len(columns)) if kind == "update" else None
+    images = []
+    for _ in range(data.draw(st.integers(1, most_rows))):
+        images.append(_image(data, specs, columns, [i for i in range(len(columns)) if before >> i & 1], null_offset))
+        if kind == "update":
+            images.append(_image(data, specs, columns, [i for i in range(len(columns)) if after >> i & 1],
+                                 null_offset))
+    raw = b"".join(images)
+    if mutated and data.draw(st.booleans(), label="mutate"):
+        raw = mutate(raw, data.draw(st.lists(st.tuples(st.integers(0, 999), st.integers(0, 255)), max_size=2)),
+                     data.draw(st.none() | st.integers(1, 999)), data.draw(st.binary(max_size=3)))
+    if not raw:
+        return  # an event without rows: the renderer writes nothing for it, on either path
+    flavor = data.draw(st.sampled_from(["mariadb", "mysql"]), label="flavor")
+    history_key = data.draw(st.sampled_from([(), (columns[0].name,), (columns[-1].name, columns[0].name)]))
+    tmap = E.TableMapEvent(_HEADER, 70, 0, "db", "t", columns)
+    try:
+        plan = TablePlan(tmap, flavor, "f:4", history_key)
+    except SqlOutError:
+        event("no plan")
+        return  # a type no row holds: both paths stop here
+    invert = data.draw(st.booleans(), label="invert")
+
+    def rows_event() -> E.RowsEvent:
+        codec = TableCodec(columns)
+        images = RowImages(codec, kind, raw, before, after, False, _HEADER, null_offset)
+        return E.RowsEvent(_HEADER, kind, 70, 0, "db", "t", codec.labels, images)
+
+    def reference():
+        rows = rows_event().rows
+        statements = plan.invert(kind, rows) if invert else plan.replay(kind, rows)
+        return None if statements is None else "\n".join(s + ";" for s in statements).encode("utf-8", "surrogateescape")
+
+    with _mode(False):
+        expected = _outcome(reference)
+    with _mode(True):
+        try:
+            written = native.row_lines(plan, rows_event(), invert)
+        except Exception as exc:  # noqa: BLE001 - the caller falls back on the reference
+            assert expected[0] == "error", f"the C writer raised {exc!r} on rows the reference writes"
+            event("C raised")
+            return
+    if written is None:
+        full = lambda bits: bits == (1 << len(columns)) - 1  # noqa: E731
+        keyed = lambda bits: full(bits) or bool(plan.pk) and all(  # noqa: E731
+            bits >> next(c.index for c in columns if c.name == k) & 1 for k in plan.pk)
+        invertible = {"insert": keyed(before), "delete": full(before),
+                      "update": after is not None and full(before) and keyed(after)}[kind]
+        assert invert and not invertible or any(literal_kind(c) == "signed?" for c in columns), expected
+        event("reference path")
+        return
+    assert expected == ("ok", written[0])
+    event("written")
+    for c in columns:
+        event(f"written: {literal_kind(c)}")
+
+
+def _one_column_lines(col: Column, values: list[bytes], kind: str = "update", key: bool = False) -> tuple:
+    """(reference, native) statements for rows of one column holding ``values`` (raw value bytes)."""
+    col = Column(0, col.type, col.meta, nullable=False, name="v", unsigned=col.unsigned, collation=col.collation,
+                 primary_key=key)
+    columns = (col,)
+    if kind == "update":  # each value, updated to the next
+        values = [v for pair in zip(values, values[1:] + values[:1]) for v in pair]
+    raw = b"".join(b"\x00" + v for v in values)
+    plan = TablePlan(E.TableMapEvent(_HEADER, 70, 0, "db", "t", columns), "mariadb", "f:4")
+
+    def rows_event():
+        codec = TableCodec(columns)
+        images = RowImages(codec, kind, raw, 1, 1 if kind == "update" else None, False, _HEADER, 0)
+        return E.RowsEvent(_HEADER, kind, 70, 0, "db", "t", codec.labels, images)
+
+    with _mode(False):
+        reference = "\n".join(s + ";" for s in plan.replay(kind, rows_event().rows)).encode("utf-8", "surrogateescape")
+    with _mode(True):
+        written = native.row_lines(plan, rows_event(), False)
+    return reference, written[0]
+
+
+@pytest.mark.parametrize("collation", [45, 33, 8, 11])  # utf8mb4, utf8mb3, latin1, ascii
+def test_text_every_byte_and_invalid_utf8(collation) -> None:
+    texts = [bytes(range(256)), "é€😀\u2028'\\\"".encode(), b"\xc3\x28\xe2\x82\xf0\x9f\x98\xed\xa0\x80",
+             b"\xf4\x90\x80\x80\xc0\xaf\xff\xe0\x80\x80\xf0\x80\x80\x80\xc3", b"", b"\x00\n\r\x1a'\\"]
+    values = [len(t).to_bytes(2, "little") + t for t in texts]
+    reference, written = _one_column_lines(Column(0, T.VARCHAR, 300, collation=collation), values)
+    assert written == reference
+    if collation == 45:
+        assert b"'\\\\xc3(" in written and b" COLLATE utf8mb4_bin" in written and b"\\0\\n\\r\\Z\\'\\\\" in written
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(min_size=8, max_size=8), min_size=1, max_size=5),
+       st.lists(st.binary(min_size=4, max_size=4), min_size=1, max_size=5))
+def test_every_double_and_float(doubles, floats) -> None:
+    for col, values in ((Column(0, T.DOUBLE, 8), doubles), (Column(0, T.FLOAT, 4), floats)):
+        for kind, key in (("insert", False), ("update", False), ("delete", True)):
+            reference, written = _one_column_lines(col, values, kind, key)
+            assert written == reference
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=40) | st.text(max_size=20).map(lambda s: s.encode()))
+def test_comment_lines(raw) -> None:
+    query = raw.decode("utf-8", "backslashreplace")
+    with _mode(False):
+        reference = native.comment(query, raw)
+    with _mode(True):
+        assert native.comment(query, raw) == reference
+        assert (C.comment(raw) is None) == (query.encode() != raw)
+
+
+def test_forms_that_do_not_fit_the_plan_are_refused() -> None:
+    plan = rowcodec.image_plan((Column(0, T.LONG, 0, unsigned=False, name="a"),), [0])
+    for form in [(C.F_TEXT, b"`a`", None), (C.F_CALL, b"`a`", (str, str)), (C.F_NATIVE, "`a`", None), (99, b"", None)]:
+        with pytest.raises((ValueError, TypeError)):
+            C.Image(plan, 0, (form,), None)
+    image = C.Image(plan, 0, ((C.F_NATIVE, b"`a`", None),), (0,))
+    with pytest.raises(ValueError):
+        C.rows(image, image, b"\x00\x01\x00\x00\x00", C.W_DELETE, b"", False)
+    assert C.rows(image, None, b"\x00\xff\xff\xff\xff" * 2, C.W_DELETE, b"DELETE", True) == (
+        b"DELETE WHERE `a`=-1;\nDELETE WHERE `a`=-1;", 2)
