@@ -1,6 +1,9 @@
 /* protocol._sqlrows: optional C writer of row images as SQL text (see binlogd/sqlout/native.py). */
 #include "_rowplan.h"
 #include <stddef.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 PyDoc_STRVAR(module_doc,
 "Row images written as the SQL text of binlogd sql, in C, from the plans protocol._rowimage\n"
@@ -163,6 +166,29 @@ utf8_length(const unsigned char *s, Py_ssize_t left)
     return len;
 }
 
+/* How many bytes at s (up to stop) quote() keeps as they are: ASCII but the six it escapes. */
+static Py_ssize_t
+plain_length(const unsigned char *s, const unsigned char *stop)
+{
+    const unsigned char *p = s;
+#if defined(__SSE2__)
+    const __m128i nul = _mm_setzero_si128(), nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
+                  sub = _mm_set1_epi8(0x1a), quote = _mm_set1_epi8('\''), backslash = _mm_set1_epi8('\\');
+    for (; stop - p >= 16; p += 16) {  /* 16 at a time: a byte's top bit is set when it is special or not ASCII */
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i special = _mm_or_si128(
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, nul), _mm_cmpeq_epi8(v, nl)), _mm_cmpeq_epi8(v, cr)),
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sub), _mm_cmpeq_epi8(v, quote)), _mm_cmpeq_epi8(v, backslash)));
+        int mask = _mm_movemask_epi8(_mm_or_si128(special, v));
+        if (mask)
+            return p - s + __builtin_ctz((unsigned)mask);
+    }
+#endif
+    while (p < stop && !ESCAPE[*p])
+        p++;
+    return p - s;
+}
+
 /* quote() of the text Python decodes from these UTF-8 bytes with backslashreplace: a byte outside a
  * well-formed character is the 4 characters \xNN there, whose backslash quote() doubles. */
 static int
@@ -178,11 +204,10 @@ put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
         if (w == NULL)
             return -1;
         while (s < stop) {
-            const unsigned char *run = s;
-            while (s < stop && !ESCAPE[*s])
-                s++;
-            memcpy(w, run, (size_t)(s - run));
-            w += s - run;
+            Py_ssize_t plain = plain_length(s, stop);
+            memcpy(w, s, (size_t)plain);
+            w += plain;
+            s += plain;
             if (s == stop)
                 break;
             unsigned char e = ESCAPE[*s];

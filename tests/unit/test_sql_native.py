@@ -254,6 +254,20 @@ def test_text_every_byte_and_invalid_utf8(collation) -> None:
         assert b"'\\\\xc3(" in written and b" COLLATE utf8mb4_bin" in written and b"\\0\\n\\r\\Z\\'\\\\" in written
 
 
+_TEXT_BYTES = st.lists(st.sampled_from([b"a", b"Z0 ", b"\x00", b"\n", b"\r", b"\x1a", b"'", b"\\", b'"', b"\x7f", "é".encode(),
+                                        "€".encode(), "😀".encode(), b"\xff", b"\xc3", b"\xed\xa0\x80"]),
+                       max_size=60).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TEXT_BYTES | st.binary(max_size=70), min_size=1, max_size=4), st.sampled_from([45, 8]))
+def test_text_runs(texts, collation) -> None:
+    """Text of plain runs of every length between the bytes quote() escapes and the non-ASCII ones."""
+    values = [len(t).to_bytes(2, "little") + t for t in texts]
+    reference, written = _one_column_lines(Column(0, T.VARCHAR, 300, collation=collation), values)
+    assert written == reference
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.binary(min_size=8, max_size=8), min_size=1, max_size=5),
        st.lists(st.binary(min_size=4, max_size=4), min_size=1, max_size=5))
