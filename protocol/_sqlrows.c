@@ -1,5 +1,7 @@
 /* protocol._sqlrows: optional C writer of row images as SQL text (see binlogd/sqlout/native.py). */
 #include "_rowplan.h"
+#include "_shortest.h"
+#include <math.h>
 #include <stddef.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -32,6 +34,10 @@ PyDoc_STRVAR(module_doc,
 "`c`<=>v (match form) joined by ' AND ' and ' LIMIT 1'; sets(image) is `c`=v joined by ','.\n"
 "reverse writes the rows last first. Every value of every row is decoded and checked as\n"
 "protocol._rowimage decodes it, written or not: what it rejects raises the same kind of error.\n"
+"\n"
+"load_powers(pow5, inv) -> bool loads the powers of 5 DOUBLE and FLOAT are written with, without Python's\n"
+"repr() (16-byte little-endian integers: for i < 326, 5^i in its top 125 bits; for q < 292,\n"
+"2^(bit_length(5^q) - 1 + 125) // 5^q + 1); returns whether they are used (they need 128-bit integers).\n"
 "\n"
 "comment(raw) -> bytes: '-- ' + raw with each newline followed by '-- ' and each carriage return a space,\n"
 "when raw is well-formed UTF-8 (the text Python decodes from it, encoded again); else None.");
@@ -75,7 +81,7 @@ typedef struct {
 static char *
 room(Out *o, Py_ssize_t n)
 {
-    if (o->cap - o->len < n) {
+    if (o->bytes == NULL || o->cap - o->len < n) {
         Py_ssize_t cap = o->cap < 65536 ? 65536 : o->cap;
         while (cap - o->len < n && cap <= PY_SSIZE_T_MAX / 2)
             cap *= 2;
@@ -256,6 +262,13 @@ put_str(Out *o, PyObject *text)
 static int
 put_repr(Out *o, double d)
 {
+    if (shortest_available() && isfinite(d)) {
+        char *w = room(o, SHORTEST_MAX);
+        if (w == NULL)
+            return -1;
+        o->len = put_shortest(w, d) - o->s;
+        return 0;
+    }
     char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (text == NULL)
         return -1;
@@ -866,7 +879,23 @@ done:
     return result;
 }
 
+/* load_powers(pow5, inv) */
+static PyObject *
+load_powers(PyObject *module, PyObject *args)
+{
+    Py_buffer pow5, inv;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*:load_powers", &pow5, &inv))
+        return NULL;
+    int r = shortest_load(pow5.buf, pow5.len, inv.buf, inv.len);
+    PyBuffer_Release(&pow5);
+    PyBuffer_Release(&inv);
+    return r < 0 ? NULL : PyBool_FromLong(shortest_available());
+}
+
 static PyMethodDef methods[] = {
+    {"load_powers", load_powers, METH_VARARGS,
+     PyDoc_STR("load_powers(pow5, inv) -> bool: the powers of 5 repr() of doubles is written with (see the module doc).")},
     {"rows", rows, METH_VARARGS,
      PyDoc_STR("rows(first, second, data, what, head, reverse) -> (bytes, rows) (see the module doc).")},
     {"comment", comment, METH_O,

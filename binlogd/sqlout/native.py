@@ -71,6 +71,22 @@ class _Shape:
         self.delete = f"DELETE FROM {plan.name}".encode(*_ENCODING)
 
 
+def _load_powers() -> None:
+    """Give the C writer the powers of 5 it writes DOUBLE and FLOAT values with (once; computed exactly)."""
+    global _powers
+    if not _powers:
+        def top(p: int) -> int:  # the top 125 bits
+            return p >> p.bit_length() - 125 if p.bit_length() >= 125 else p << 125 - p.bit_length()
+
+        pow5 = b"".join(top(5**i).to_bytes(16, "little") for i in range(326))
+        inv = b"".join(((1 << (5**q).bit_length() - 1 + 125) // 5**q + 1).to_bytes(16, "little") for q in range(292))
+        C.load_powers(pow5, inv)
+        _powers = True
+
+
+_powers = False
+
+
 def _form(plan: TablePlan, col, entry: tuple) -> tuple:
     """How the C writer writes one column's literal: ``(form, quoted name, arg)`` (see ``protocol._sqlrows``).
 
@@ -81,6 +97,8 @@ def _form(plan: TablePlan, col, entry: tuple) -> tuple:
     name = plan.quoted[col.name].encode(*_ENCODING)
     kind = literal_kind(col)
     python_op = op in (rowcodec.C.OP_TEXT, rowcodec.C.OP_BYTES_CALL, rowcodec.C.OP_FIXED_CALL, rowcodec.C.OP_JSON)
+    if kind in ("double", "float"):
+        _load_powers()
     if kind in _NATIVE_KINDS and not python_op:
         if op in (rowcodec.C.OP_ENUM, rowcodec.C.OP_SET) and params[1] is not None:
             literals = [quote(n) for n in params[1]]

@@ -14,6 +14,9 @@ The every-type tables of a real server are in tests/integration/test_sql_native_
 
 from __future__ import annotations
 
+import math
+import random
+import struct
 from contextlib import contextmanager
 
 import pytest
@@ -276,6 +279,45 @@ def test_every_double_and_float(doubles, floats) -> None:
         for kind, key in (("insert", False), ("update", False), ("delete", True)):
             reference, written = _one_column_lines(col, values, kind, key)
             assert written == reference
+
+
+def _double_families(rnd: random.Random) -> list[int]:
+    """Bits of doubles where a shortest-digits writer goes wrong if it does: every binary exponent (its
+    smallest, largest and some random fractions, both signs), the neighbours of short decimals from 1e-325
+    to 1e308 (powers of ten, exact ties), random decimals of up to 18 digits, and random bit patterns."""
+    bits = [sign << 63 | e << 52 | m for e in range(2047) for sign in (0, 1)
+            for m in (0, 1, 2, (1 << 52) - 1, 1 << 51, rnd.getrandbits(52), rnd.getrandbits(52))]
+    for k in range(-325, 309):
+        for digits in (1, 2, 5, 9, 125, 4999, 5001):
+            x = float(f"{digits}e{k}")
+            if not math.isinf(x):
+                b = struct.unpack("<Q", struct.pack("<d", x))[0]
+                bits += [b, b + 1, max(b - 1, 0)]
+    bits += [struct.unpack("<Q", struct.pack("<d", rnd.randint(-10**18, 10**18) / 10 ** rnd.randint(0, 12)))[0]
+             for _ in range(5000)]
+    # Doubles m * 2^e above 2^54 whose value or gap ends (4m, 4m - 2 and 4m + 2, times 2^(e - 2)) are multiples
+    # of the power of 5 they are scaled by: those decide ties and whether an end is in.
+    for biased in range(1077, 1160):
+        e2 = biased - 1077
+        q = math.floor(e2 * math.log10(2)) - (e2 > 3)
+        for end in (0, -2, 2):
+            first = end * pow(-4, -1, 5**q) % 5**q  # 4m + end = 0 (mod 5^q)
+            first += (((1 << 52) - first) // 5**q + 1) * 5**q
+            bits += [biased << 52 | (m & ((1 << 52) - 1)) for m in range(first, first + 4 * 5**q, 5**q) if m < 1 << 53]
+    bits += [rnd.getrandbits(64) for _ in range(20000)]
+    return [b for b in bits if b >> 52 & 0x7FF != 0x7FF]
+
+
+def test_doubles_and_floats_by_family() -> None:
+    """DOUBLE and FLOAT as repr() writes them, without repr(): families of values against the reference."""
+    rnd = random.Random(20261126)
+    doubles = [struct.pack("<Q", b) for b in _double_families(rnd)]
+    floats = [struct.pack("<I", sign << 31 | e << 23 | m) for e in range(255) for sign in (0, 1)
+              for m in (0, 1, (1 << 23) - 1, rnd.getrandbits(23))]
+    floats += [struct.pack("<I", b) for b in (rnd.getrandbits(32) for _ in range(20000)) if b >> 23 & 0xFF != 0xFF]
+    for col, values in ((Column(0, T.DOUBLE, 8), doubles), (Column(0, T.FLOAT, 4), floats)):
+        reference, written = _one_column_lines(col, values, "insert")
+        assert written == reference
 
 
 @settings(max_examples=400, deadline=None)
