@@ -822,18 +822,30 @@ static PyTypeObject ImageType = {
 
 /* ------------------------------------------------------------------ comments */
 
+/* How many ASCII bytes s starts with (n at most). */
+static Py_ssize_t
+ascii_length(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t k = 0;
+#if defined(__SSE2__)
+    for (; n - k >= 16; k += 16) {
+        int mask = _mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(s + k)));
+        if (mask)
+            return k + __builtin_ctz((unsigned)mask);
+    }
+#endif
+    while (k < n && s[k] < 0x80)
+        k++;
+    return k;
+}
+
 /* The length of the well-formed UTF-8 text at the start of s: all of it when it is all such text. */
 static Py_ssize_t
 utf8_prefix(const unsigned char *s, Py_ssize_t n)
 {
     Py_ssize_t k = 0;
-    while (k < n) {
-        uint64_t v;
-        if (n - k >= 8 && (memcpy(&v, s + k, 8), !(v & 0x8080808080808080ULL))) {
-            k += 8;  /* eight ASCII bytes */
-            continue;
-        }
-        int len = s[k] < 0x80 ? 1 : utf8_length(s + k, n - k);
+    while ((k += ascii_length(s + k, n - k)) < n) {
+        int len = utf8_length(s + k, n - k);
         if (len == 0)
             break;
         k += len;

@@ -321,7 +321,7 @@ def test_doubles_and_floats_by_family() -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=40) | st.text(max_size=20).map(lambda s: s.encode()))
+@given(st.binary(max_size=40) | st.text(max_size=20).map(lambda s: s.encode()) | _TEXT_BYTES)
 def test_comment_lines(raw) -> None:
     query = raw.decode("utf-8", "backslashreplace")
     with _mode(False):
