@@ -1,0 +1,365 @@
+/* The SQL text protocol._sqlrows writes, apart from its plans: the output buffer, quoted text (as
+ * binlogd/sqlout/literals.py quotes it), comment lines, and the literals of numbers, dates, times and bytes. */
+#ifndef BINLOGD_SQLTEXT_H
+#define BINLOGD_SQLTEXT_H
+
+#include "_rowplan.h"
+#include "_shortest.h"
+#include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* ------------------------------------------------------------------ output */
+
+/* The output, written straight into a bytes object (o->bytes NULL until the first byte). */
+typedef struct {
+    PyObject *bytes;
+    char *s;
+    Py_ssize_t len, cap;
+} Out;
+
+/* Where n more bytes can be written (then o->len is set by the caller), or NULL with MemoryError. */
+static char *
+room(Out *o, Py_ssize_t n)
+{
+    if (o->bytes == NULL || o->cap - o->len < n) {
+        Py_ssize_t cap = o->cap < 65536 ? 65536 : o->cap;
+        while (cap - o->len < n && cap <= PY_SSIZE_T_MAX / 2)
+            cap *= 2;
+        if (cap - o->len < n) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        if (o->bytes == NULL ? (o->bytes = PyBytes_FromStringAndSize(NULL, cap)) == NULL
+                             : _PyBytes_Resize(&o->bytes, cap) < 0)
+            return NULL;
+        o->s = PyBytes_AS_STRING(o->bytes);
+        o->cap = cap;
+    }
+    return o->s + o->len;
+}
+
+/* The bytes written (a new reference; the Out is emptied), or NULL. */
+static PyObject *
+out_bytes(Out *o)
+{
+    PyObject *bytes = o->bytes;
+    o->bytes = NULL;
+    if (bytes == NULL)
+        return PyBytes_FromStringAndSize(NULL, 0);
+    return _PyBytes_Resize(&bytes, o->len) < 0 ? NULL : bytes;
+}
+
+static int
+add(Out *o, const void *s, Py_ssize_t n)
+{
+    char *w = room(o, n);
+    if (w == NULL)
+        return -1;
+    memcpy(w, s, (size_t)n);
+    o->len += n;
+    return 0;
+}
+
+#define ADD_LITERAL(o, text) add((o), (text), (Py_ssize_t)sizeof(text) - 1)
+
+static int
+add_bytes(Out *o, PyObject *bytes)
+{
+    return add(o, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+}
+
+/* ------------------------------------------------------------------ quoted text */
+
+/* What quote() (binlogd/sqlout/literals.py) writes after a backslash for each byte; 0 for a byte kept as
+ * it is; 1 for the bytes of multi-byte UTF-8, which are kept only inside a well-formed character. */
+static unsigned char ESCAPE[256];
+
+static void
+init_escape(void)
+{
+    for (int c = 0x80; c < 256; c++)
+        ESCAPE[c] = 1;
+    ESCAPE['\\'] = '\\';
+    ESCAPE['\''] = '\'';
+    ESCAPE[0] = '0';
+    ESCAPE['\n'] = 'n';
+    ESCAPE['\r'] = 'r';
+    ESCAPE[0x1a] = 'Z';
+}
+
+/* The length of the well-formed UTF-8 character at s (left bytes there), or 0 when Python's UTF-8
+ * decoder would not take it (Unicode's table of well-formed byte sequences). */
+static int
+utf8_length(const unsigned char *s, Py_ssize_t left)
+{
+    unsigned lead = s[0], lo = 0x80, hi = 0xBF;
+    int len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (lead < 0xC2 || lead > 0xF4 || left < len)
+        return 0;
+    if (lead == 0xE0)
+        lo = 0xA0;
+    else if (lead == 0xED)
+        hi = 0x9F;
+    else if (lead == 0xF0)
+        lo = 0x90;
+    else if (lead == 0xF4)
+        hi = 0x8F;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (int k = 2; k < len; k++)
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* How many bytes at s (up to stop) quote() keeps as they are: ASCII but the six it escapes. */
+static Py_ssize_t
+plain_length(const unsigned char *s, const unsigned char *stop)
+{
+    const unsigned char *p = s;
+#if defined(__SSE2__)
+    const __m128i nul = _mm_setzero_si128(), nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
+                  sub = _mm_set1_epi8(0x1a), quote = _mm_set1_epi8('\''), backslash = _mm_set1_epi8('\\');
+    for (; stop - p >= 16; p += 16) {  /* 16 at a time: a byte's top bit is set when it is special or not ASCII */
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i special = _mm_or_si128(
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, nul), _mm_cmpeq_epi8(v, nl)), _mm_cmpeq_epi8(v, cr)),
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sub), _mm_cmpeq_epi8(v, quote)), _mm_cmpeq_epi8(v, backslash)));
+        int mask = _mm_movemask_epi8(_mm_or_si128(special, v));
+        if (mask)
+            return p - s + __builtin_ctz((unsigned)mask);
+    }
+#endif
+    while (p < stop && !ESCAPE[*p])
+        p++;
+    return p - s;
+}
+
+/* quote() of the text Python decodes from these UTF-8 bytes with backslashreplace: a byte outside a
+ * well-formed character is the 4 characters \xNN there, whose backslash quote() doubles. */
+static int
+put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
+{
+    static const char HEX[] = "0123456789abcdef";
+    const unsigned char *end = s + n;
+    if (add(o, "'", 1) < 0)
+        return -1;
+    while (s < end) {
+        const unsigned char *stop = end - s > 4096 ? s + 4096 : end;
+        char *w = room(o, 5 * (stop - s) + 4);  /* 5 bytes out per byte in at most; a character may run 3 past stop */
+        if (w == NULL)
+            return -1;
+        while (s < stop) {
+            Py_ssize_t plain = plain_length(s, stop);
+            memcpy(w, s, (size_t)plain);
+            w += plain;
+            s += plain;
+            if (s == stop)
+                break;
+            unsigned char e = ESCAPE[*s];
+            int k;
+            if (e != 1) {
+                *w++ = '\\';
+                *w++ = (char)e;
+                s++;
+            }
+            else if ((k = utf8_length(s, end - s)) != 0) {
+                memcpy(w, s, (size_t)k);
+                w += k;
+                s += k;
+            }
+            else {
+                memcpy(w, "\\\\x", 3);
+                w[3] = HEX[*s >> 4];
+                w[4] = HEX[*s & 15];
+                w += 5;
+                s++;
+            }
+        }
+        o->len = w - o->s;
+    }
+    return add(o, "'", 1);
+}
+
+/* A str's UTF-8 (surrogateescape: the bytes it stands for) appended. */
+static int
+put_str(Out *o, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "a renderer returned %R, not a str", text);
+        return -1;
+    }
+    PyObject *raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogateescape");
+    if (raw == NULL)
+        return -1;
+    int r = add_bytes(o, raw);
+    Py_DECREF(raw);
+    return r;
+}
+
+/* ------------------------------------------------------------------ one value */
+
+static int
+put_repr(Out *o, double d)
+{
+    if (shortest_available() && isfinite(d)) {
+        char *w = room(o, SHORTEST_MAX);
+        if (w == NULL)
+            return -1;
+        o->len = put_shortest(w, d) - o->s;
+        return 0;
+    }
+    char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL)
+        return -1;
+    int r = add(o, text, (Py_ssize_t)strlen(text));
+    PyMem_Free(text);
+    return r;
+}
+
+static int
+put_digits(Out *o, int negative, int64_t sv, uint64_t uv)
+{
+    char *w = room(o, 24);
+    if (w == NULL)
+        return -1;
+    if (negative)
+        w = put_int(w, sv, 0);
+    else {
+        char tmp[24];
+        int k = 0;
+        do {
+            tmp[k++] = (char)('0' + uv % 10);
+            uv /= 10;
+        } while (uv);
+        while (k)
+            *w++ = tmp[--k];
+    }
+    o->len = w - o->s;
+    return 0;
+}
+
+/* F_NATIVE: the dates, times and DECIMAL as their text (quoted for the dates and times). */
+static int
+put_text_value(Out *o, const Col *c, const unsigned char *s)
+{
+    char *w = room(o, TEXT_MAX + 2);
+    if (w == NULL)
+        return -1;
+    int quoted = c->op != OP_DECIMAL;
+    if (quoted)
+        *w++ = '\'';
+    switch (c->op) {
+    case OP_DATE:
+        w = put_packed_date(w, s);
+        break;
+    case OP_DATETIME2:
+        w = put_datetime2(w, s, c->arg);
+        break;
+    case OP_TIMESTAMP2:
+        w = put_utc(w, (int64_t)be(s, 4), frac_usec(s + 4, c->arg), c->arg);
+        break;
+    case OP_TIME2:
+        w = put_time2(w, s, c->arg);
+        break;
+    case OP_TIMESTAMP:
+        w = put_utc(w, (int64_t)le(s, 4), 0, 0);
+        break;
+    default:  /* OP_DECIMAL, checked when the row was read */
+        if ((w = put_decimal(w, c, s)) == NULL)
+            return -1;
+    }
+    if (quoted)
+        *w++ = '\'';
+    o->len = w - o->s;
+    return 0;
+}
+
+static int
+put_hex(Out *o, const unsigned char *s, Py_ssize_t n, Py_ssize_t pad)
+{
+    static const char HEX[] = "0123456789abcdef";
+    Py_ssize_t zeros = pad > n ? pad - n : 0;
+    if (n > (PY_SSIZE_T_MAX - 3) / 2 - zeros) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    char *w = room(o, 2 * (n + zeros) + 3);
+    if (w == NULL)
+        return -1;
+    *w++ = 'X';
+    *w++ = '\'';
+    for (Py_ssize_t k = 0; k < n; k++) {
+        *w++ = HEX[s[k] >> 4];
+        *w++ = HEX[s[k] & 15];
+    }
+    memset(w, '0', (size_t)(2 * zeros));
+    w += 2 * zeros;
+    *w++ = '\'';
+    o->len = w - o->s;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ comment lines */
+
+
+/* How many ASCII bytes s starts with (n at most). */
+static Py_ssize_t
+ascii_length(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t k = 0;
+#if defined(__SSE2__)
+    for (; n - k >= 16; k += 16) {
+        int mask = _mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(s + k)));
+        if (mask)
+            return k + __builtin_ctz((unsigned)mask);
+    }
+#endif
+    while (k < n && s[k] < 0x80)
+        k++;
+    return k;
+}
+
+/* The length of the well-formed UTF-8 text at the start of s: all of it when it is all such text. */
+static Py_ssize_t
+utf8_prefix(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t k = 0;
+    while ((k += ascii_length(s + k, n - k)) < n) {
+        int len = utf8_length(s + k, n - k);
+        if (len == 0)
+            break;
+        k += len;
+    }
+    return k;
+}
+
+/* Appends the comment lines of the UTF-8 text s (n bytes): '-- ' before each line, a carriage return as a space.
+ * 1 (nothing appended) when s is not all well-formed UTF-8; -1 with MemoryError. */
+static int
+put_comment(Out *o, const unsigned char *s, Py_ssize_t n)
+{
+    const unsigned char *end = s + n;
+    if (utf8_prefix(s, n) < n)
+        return 1;
+    if (ADD_LITERAL(o, "-- ") < 0)
+        return -1;
+    const unsigned char *nl = memchr(s, '\n', (size_t)n), *cr = memchr(s, '\r', (size_t)n);
+    while (s < end) {
+        const unsigned char *stop = nl == NULL ? cr : cr == NULL || nl < cr ? nl : cr;
+        if (stop == NULL)
+            stop = end;
+        if (add(o, s, stop - s) < 0 || (stop < end && (*stop == '\n' ? ADD_LITERAL(o, "\n-- ") : add(o, " ", 1)) < 0))
+            return -1;
+        s = stop + (stop < end);
+        if (nl != NULL && nl < s)
+            nl = memchr(s, '\n', (size_t)(end - s));
+        if (cr != NULL && cr < s)
+            cr = memchr(s, '\r', (size_t)(end - s));
+    }
+    return 0;
+}
+
+#endif
