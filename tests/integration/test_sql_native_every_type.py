@@ -19,16 +19,6 @@ pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not 
 pytestmark = pytest.mark.server
 
 
-@pytest.fixture(params=["mariadb", "mariadb_minimal"])
-def scenario(request, server_binaries):
-    server = request.getfixturevalue(request.param)
-    if server.flavor != "mariadb":
-        pytest.skip("the every-type table is MariaDB's")
-    sc = RV.run_scenario(server, minimal=request.param == "mariadb_minimal")
-    yield server, sc, request.param == "mariadb_minimal"
-    server.sql(f"DROP DATABASE IF EXISTS `{sc.schema}`")
-
-
 def _sql(capsysbinary, args: list, c_writer: bool) -> tuple[int, bytes, bytes]:
     rowcodec.use_speedups(c_writer)
     native.use_speedups(c_writer)
@@ -41,8 +31,20 @@ def _sql(capsysbinary, args: list, c_writer: bool) -> tuple[int, bytes, bytes]:
     return code, out, err
 
 
-def test_every_type_same_sql(scenario, tmp_path, capsysbinary, monkeypatch) -> None:
-    server, sc, minimal = scenario
+@pytest.mark.parametrize("server_name", ["mariadb", "mariadb_minimal"])
+def test_every_type_same_sql(server_name, server_binaries, request, tmp_path, capsysbinary, monkeypatch) -> None:
+    server = request.getfixturevalue(server_name)
+    if server.flavor != "mariadb":
+        pytest.skip("the every-type table is MariaDB's")
+    minimal = server_name == "mariadb_minimal"
+    sc = RV.run_scenario(server, minimal=minimal)
+    try:
+        _check_every_type(server, sc, minimal, tmp_path, capsysbinary, monkeypatch)
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{sc.schema}`")
+
+
+def _check_every_type(server, sc, minimal: bool, tmp_path, capsysbinary, monkeypatch) -> None:
     args = [sc.file]
     if minimal:  # the TABLE_MAPs name no columns: a schema history does, from the table's definition
         create = server.sql(f"SHOW CREATE TABLE `{sc.schema}`.`{sc.table}`")[0][1]
