@@ -18,8 +18,9 @@
 3. checks binlogd's output holds every row change (INSERT tuples, UPDATE and DELETE statements) and
    exits with status 1 if not;
 4. prints row changes per second of each (from its best round, and the range over the rounds) and the
-   ratios binlogd/peer: of the best rounds, and the range of the ratios within each round (``--json``:
-   one JSON object).
+   ratios binlogd/peer: of the best rounds, and the range of the ratios within each round; and each
+   tool's least CPU time (user + system: steadier than wall time on a shared machine) and the ratio of
+   those (``--json``: one JSON object).
 
 ``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups); ``--profile`` adds one
 binlogd replay in this process under cProfile (top 25 by own time, to stderr); ``--keep DIR`` copies the
@@ -36,6 +37,7 @@ import json
 import os
 import pstats
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -61,11 +63,15 @@ def _binlogd() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "binlogd.cli"]
 
 
-def timed(cmd: list[str], env: dict | None = None) -> float:
-    """Wall time of one run of ``cmd`` with stdout and stderr to /dev/null (it must exit 0)."""
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one run of ``cmd`` with stdout and stderr to /dev/null
+    (it must exit 0)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def count_changes(sql: bytes) -> int:
@@ -91,8 +97,8 @@ def profile(files: list[str], top: int = 25) -> str:
     return out.getvalue()
 
 
-def measure(files: list[str], rounds: int, env: dict) -> dict[str, list[float]]:
-    """Seconds of each tool in each round (one run of every tool per round, in turn)."""
+def measure(files: list[str], rounds: int, env: dict) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds of each tool in each round (one run of every tool per round, in turn)."""
     peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
     runs = {
         "binlogd sql": ([*_binlogd(), "sql", *files], env),
@@ -102,11 +108,14 @@ def measure(files: list[str], rounds: int, env: dict) -> dict[str, list[float]]:
         "mariadb-binlog --flashback": ([peer, "--no-defaults", "--flashback", *files], None),
     }
     seconds: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     for rnd in range(rounds):
         for name, (cmd, cmd_env) in runs.items():
-            seconds[name].append(timed(cmd, cmd_env))
+            wall, used = timed(cmd, cmd_env)
+            seconds[name].append(wall)
+            cpu[name].append(used)
         log(f"round {rnd + 1}: " + ", ".join(f"{name} {s[-1]:.2f}s" for name, s in seconds.items()))
-    return seconds
+    return seconds, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if count_changes(ours) != total:
             log(f"ROW COUNT MISMATCH: binlogd sql wrote {count_changes(ours)} row changes, the workload made {total}")
             return 1
-        seconds = measure(files, ns.repeat, env)
+        seconds, cpu = measure(files, ns.repeat, env)
         if ns.profile:
             log(profile(files))
     best = {name: min(s) for name, s in seconds.items()}
@@ -153,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                     for label, (ours_, peer) in RATIOS.items()}
     result = {"date": started.isoformat(timespec="seconds"), "machine": machine(), "row_changes": total,
               "files_bytes": size, "rounds": ns.repeat, "pure_python": ns.pure_python, "seconds": seconds,
-              "rows_per_second": rate, "ratios": ratios, "ratio_ranges_per_round": ratio_ranges}
+              "cpu_seconds": cpu, "rows_per_second": rate, "ratios": ratios, "ratio_ranges_per_round": ratio_ranges,
+              "cpu_ratios": {label: min(cpu[peer]) / min(cpu[ours_]) for label, (ours_, peer) in RATIOS.items()}}
     if ns.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -162,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{ns.repeat} interleaved rounds{', binlogd without C speedups' if ns.pure_python else ''}")
     for name, s in seconds.items():
         print(f"  {name:<28} {best[name]:6.2f} s ({min(s):.2f}-{max(s):.2f})  {rate[name]:>12,.0f} rows/s "
-              f"({total / max(s):,.0f}-{total / min(s):,.0f})")
+              f"({total / max(s):,.0f}-{total / min(s):,.0f}); CPU {min(cpu[name]):.2f} s")
     for label, r in ratios.items():
         lo, hi = ratio_ranges[label]
-        print(f"  {label:<40} {r:.2f}x (per round {lo:.2f}-{hi:.2f}x)")
+        print(f"  {label:<40} {r:.2f}x (per round {lo:.2f}-{hi:.2f}x; CPU time {result['cpu_ratios'][label]:.2f}x)")
     return 0
 
 
