@@ -82,11 +82,14 @@ class Renderer:
     _loads: dict = field(default_factory=dict)  # LOAD DATA file id → its blocks so far
     partial: bool = False  # a group's head is written and its end is not
     _last_plan: tuple = (None, None, None)  # the TABLE_MAP, group and plan of the last _plan
+    _sets: int = 0  # SETs written so far
+    _row_mark: tuple = ()  # (timestamp, check flags, _sets) after the last row session was written
 
     # ------------------------------------------------------------------ shared
     def _set(self, out: list, key: str, statement: str) -> None:
         if self.state.get(key) != statement:
             self.state[key] = statement
+            self._sets += 1
             out.append(statement + ";")
 
     def _plan(self, tmap: E.TableMapEvent, g: Group, ev: E.Event) -> TablePlan:
@@ -129,11 +132,15 @@ class Renderer:
         return None if statements is None else [s + ";" for s in statements]
 
     def _row_session(self, out: list, ev: E.RowsEvent) -> None:
+        mark = (ev.header.timestamp, ev.flags & (_NO_FOREIGN_KEY_CHECKS_F | _RELAXED_UNIQUE_CHECKS_F), self._sets)
+        if mark == self._row_mark:
+            return  # the session is as the last rows event left it, and is right for this one
         for key, statement in ROW_SESSION:
             self._set(out, key, statement)
         self._set(out, "timestamp", f"SET TIMESTAMP={ev.header.timestamp}")
         self._set(out, "checks", "SET @@session.foreign_key_checks=%d, @@session.unique_checks=%d" % (
             not ev.flags & _NO_FOREIGN_KEY_CHECKS_F, not ev.flags & _RELAXED_UNIQUE_CHECKS_F))
+        self._row_mark = mark[:2] + (self._sets,)
 
     # ------------------------------------------------------------------ replay
     def replay(self, g: Group, write: Callable[[list[str]], None]) -> None:
