@@ -60,7 +60,7 @@ class Annotation:
     TRANSACTION_PAYLOAD, where the decoder's text is all there is)."""
 
     event: E.RowsQueryEvent
-    raw: bytes | None
+    raw: memoryview | None
 
 
 _CONTEXT = (E.IntvarEvent, E.RandEvent, E.UserVarEvent, E.TableMapEvent, Annotation, E.LoadBlockEvent)
@@ -111,12 +111,12 @@ def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> s
     return raw.decode("utf-8", "surrogateescape")
 
 
-def _raw_annotation(view: memoryview, event: E.RowsQueryEvent, decoder: Decoder) -> bytes:
-    """The statement bytes of an ANNOTATE_ROWS or ROWS_QUERY event in the file: those the decoder decodes
-    (ROWS_QUERY's first byte is a length, which it skips)."""
+def _raw_annotation(view: memoryview, event: E.RowsQueryEvent, decoder: Decoder) -> memoryview:
+    """The statement bytes of an ANNOTATE_ROWS or ROWS_QUERY event in the file (a view of them, as rows
+    events hold their images): those the decoder decodes (ROWS_QUERY's first byte is a length, which it skips)."""
     h = event.header
     start = h.pos + decoder.header_len + (1 if h.type_code == ET.ROWS_QUERY else 0)
-    return bytes(view[start:h.pos + h.event_length - (4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)])
+    return view[start:h.pos + h.event_length - (4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)]
 
 
 def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None = None) -> Iterator[Group]:
@@ -197,16 +197,18 @@ def _check(event: E.Event, path: str) -> None:
 
 def _add(g: Group, e) -> None:
     """One event of a group: kept for the SQL, or taken as its GTID or its end (BEGIN is the group's own)."""
-    if isinstance(e, E.GtidEvent):
+    if isinstance(e, E.RowsEvent):  # the most of them first
+        g.events.append(e)
+        if e.flags & STMT_END_F and not g.began:
+            g.closer = "COMMIT"  # a statement logged without BEGIN (5.1 non-transactional tables)
+    elif isinstance(e, _CONTEXT):
+        g.events.append(e)
+    elif isinstance(e, E.GtidEvent):
         g.gtid = Gtid(e.sid, e.gno, e.tag) if e.gtid is not None else None
     elif isinstance(e, E.MariadbGtidEvent):
         g.gtid = MariadbGtid(e.domain_id, e.header.server_id, e.seq_no)
     elif isinstance(e, E.XidEvent):
         g.closer = "COMMIT"
-    elif isinstance(e, E.RowsEvent):
-        g.events.append(e)
-        if e.flags & STMT_END_F and not g.began:
-            g.closer = "COMMIT"  # a statement logged without BEGIN (5.1 non-transactional tables)
     elif isinstance(e, E.XaPrepareEvent):
         xid = f"X'{e.gtrid.hex()}',X'{e.bqual.hex()}',{e.format_id}"
         g.closer = f"XA COMMIT {xid} ONE PHASE" if e.one_phase else f"XA PREPARE {xid}"
@@ -216,8 +218,6 @@ def _add(g: Group, e) -> None:
             g.closer = "ROLLBACK" if kind.startswith("ROLLBACK") else "COMMIT"
         elif not kind.startswith("BEGIN"):
             g.events.append(e)
-    elif isinstance(e, _CONTEXT):
-        g.events.append(e)
     elif not isinstance(e, _SKIPPED) and not isinstance(e, E.UnknownEvent):
         raise SqlOutError(f"{g.file}:{e.header.pos}: {e.header.type_name} events are not supported by binlogd sql")
 

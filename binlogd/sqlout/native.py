@@ -167,7 +167,7 @@ def row_lines(plan: TablePlan, event: E.RowsEvent, invert: bool) -> list[bytes] 
     return [C.rows(first.image, None, images.data, C.W_DELETE, first.delete, invert)[0]]
 
 
-def comment(query: str, raw: bytes | None) -> bytes:
+def comment(query: str, raw: memoryview | bytes | None) -> bytes:
     """An ANNOTATE_ROWS or ROWS_QUERY statement as SQL comment lines, UTF-8: ``-- `` before each of its
     lines, a carriage return as a space (``raw``: the statement's bytes as logged, or None; ``query``: the
     decoder's text of them). The C writer writes raw when it is well-formed UTF-8, which the text is then
