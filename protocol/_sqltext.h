@@ -19,25 +19,30 @@ typedef struct {
     Py_ssize_t len, cap;
 } Out;
 
-/* Where n more bytes can be written (then o->len is set by the caller), or NULL with MemoryError. */
+/* room() when the output must grow: a bytes object of twice the size (64 KiB at first). */
 static char *
+grow(Out *o, Py_ssize_t n)
+{
+    Py_ssize_t cap = o->cap < 65536 ? 65536 : o->cap;
+    while (cap - o->len < n && cap <= PY_SSIZE_T_MAX / 2)
+        cap *= 2;
+    if (cap - o->len < n) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (o->bytes == NULL ? (o->bytes = PyBytes_FromStringAndSize(NULL, cap)) == NULL
+                         : _PyBytes_Resize(&o->bytes, cap) < 0)
+        return NULL;
+    o->s = PyBytes_AS_STRING(o->bytes);
+    o->cap = cap;
+    return o->s + o->len;
+}
+
+/* Where n more bytes can be written (then o->len is set by the caller), or NULL with MemoryError. */
+static inline char *
 room(Out *o, Py_ssize_t n)
 {
-    if (o->bytes == NULL || o->cap - o->len < n) {
-        Py_ssize_t cap = o->cap < 65536 ? 65536 : o->cap;
-        while (cap - o->len < n && cap <= PY_SSIZE_T_MAX / 2)
-            cap *= 2;
-        if (cap - o->len < n) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        if (o->bytes == NULL ? (o->bytes = PyBytes_FromStringAndSize(NULL, cap)) == NULL
-                             : _PyBytes_Resize(&o->bytes, cap) < 0)
-            return NULL;
-        o->s = PyBytes_AS_STRING(o->bytes);
-        o->cap = cap;
-    }
-    return o->s + o->len;
+    return o->bytes != NULL && o->cap - o->len >= n ? o->s + o->len : grow(o, n);
 }
 
 /* The bytes written (a new reference; the Out is emptied), or NULL. */
@@ -51,7 +56,7 @@ out_bytes(Out *o)
     return _PyBytes_Resize(&bytes, o->len) < 0 ? NULL : bytes;
 }
 
-static int
+static inline int
 add(Out *o, const void *s, Py_ssize_t n)
 {
     char *w = room(o, n);
@@ -114,17 +119,19 @@ utf8_length(const unsigned char *s, Py_ssize_t left)
     return len;
 }
 
-/* How many bytes at s (up to stop) quote() keeps as they are: ASCII but the six it escapes. */
+/* Copies to w the bytes at s (up to stop) that quote() keeps as they are: ASCII but the six it escapes;
+ * returns how many. w has room for as many bytes as there are from s to stop. */
 static Py_ssize_t
-plain_length(const unsigned char *s, const unsigned char *stop)
+copy_plain(char *w, const unsigned char *s, const unsigned char *stop)
 {
     const unsigned char *p = s;
 #if defined(__SSE2__)
     const __m128i nul = _mm_setzero_si128(), nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
                   sub = _mm_set1_epi8(0x1a), quote = _mm_set1_epi8('\''), backslash = _mm_set1_epi8('\\');
-    for (; stop - p >= 16; p += 16) {  /* 16 at a time: a byte's top bit is set when it is special or not ASCII */
+    for (; stop - p >= 16; p += 16, w += 16) {  /* 16 at a time, copied before they are looked at */
         __m128i v = _mm_loadu_si128((const __m128i *)p);
-        __m128i special = _mm_or_si128(
+        _mm_storeu_si128((__m128i *)w, v);
+        __m128i special = _mm_or_si128(  /* a byte's top bit is set when it is special or not ASCII */
             _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, nul), _mm_cmpeq_epi8(v, nl)), _mm_cmpeq_epi8(v, cr)),
             _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sub), _mm_cmpeq_epi8(v, quote)), _mm_cmpeq_epi8(v, backslash)));
         int mask = _mm_movemask_epi8(_mm_or_si128(special, v));
@@ -133,7 +140,7 @@ plain_length(const unsigned char *s, const unsigned char *stop)
     }
 #endif
     while (p < stop && !ESCAPE[*p])
-        p++;
+        *w++ = (char)*p++;
     return p - s;
 }
 
@@ -152,8 +159,7 @@ put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
         if (w == NULL)
             return -1;
         while (s < stop) {
-            Py_ssize_t plain = plain_length(s, stop);
-            memcpy(w, s, (size_t)plain);
+            Py_ssize_t plain = copy_plain(w, s, stop);
             w += plain;
             s += plain;
             if (s == stop)
@@ -219,25 +225,27 @@ put_repr(Out *o, double d)
     return r;
 }
 
+/* An integer in decimal: -sv when negative, else uv (two digits at a time). */
 static int
 put_digits(Out *o, int negative, int64_t sv, uint64_t uv)
 {
-    char *w = room(o, 24);
+    static const char PAIRS[] = "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
+                                "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+    char tmp[20], *t = tmp + sizeof tmp, *w = room(o, 21);
     if (w == NULL)
         return -1;
-    if (negative)
-        w = put_int(w, sv, 0);
-    else {
-        char tmp[24];
-        int k = 0;
-        do {
-            tmp[k++] = (char)('0' + uv % 10);
-            uv /= 10;
-        } while (uv);
-        while (k)
-            *w++ = tmp[--k];
+    if (negative) {
+        *w++ = '-';
+        uv = 0 - (uint64_t)sv;
     }
-    o->len = w - o->s;
+    for (; uv >= 100; uv /= 100)
+        memcpy(t -= 2, PAIRS + 2 * (uv % 100), 2);
+    if (uv >= 10)
+        memcpy(t -= 2, PAIRS + 2 * uv, 2);
+    else
+        *--t = (char)('0' + uv);
+    memcpy(w, t, (size_t)(tmp + sizeof tmp - t));
+    o->len = w + (tmp + sizeof tmp - t) - o->s;
     return 0;
 }
 
