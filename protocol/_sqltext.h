@@ -352,7 +352,7 @@ put_comment(Out *o, const unsigned char *s, Py_ssize_t n)
     const unsigned char *end = s + n;
     if (utf8_prefix(s, n) < n)
         return 1;
-    if (ADD_LITERAL(o, "-- ") < 0)
+    if (room(o, n + 3) == NULL || ADD_LITERAL(o, "-- ") < 0)  /* all of it at once when it is one line */
         return -1;
     const unsigned char *nl = memchr(s, '\n', (size_t)n), *cr = memchr(s, '\r', (size_t)n);
     while (s < end) {
