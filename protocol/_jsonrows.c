@@ -362,26 +362,8 @@ put_value(const Image *im, Py_ssize_t i, Buf *b, Out *o)
             return -1;
         w = o->s + o->len;
         *w++ = '"';
-        switch (c->op) {
-        case OP_DATE:
-            w = put_packed_date(w, s);
-            break;
-        case OP_DATETIME2:
-            w = put_datetime2(w, s, c->arg);
-            break;
-        case OP_TIMESTAMP2:
-            w = put_utc(w, (int64_t)be(s, 4), frac_usec(s + 4, c->arg), c->arg);
-            break;
-        case OP_TIME2:
-            w = put_time2(w, s, c->arg);
-            break;
-        case OP_TIMESTAMP:
-            w = put_utc(w, (int64_t)le(s, 4), 0, 0);
-            break;
-        default:  /* OP_DECIMAL */
-            if ((w = put_decimal(w, c, s)) == NULL)
-                return -1;
-        }
+        if ((w = put_value_text(w, c, s)) == NULL)
+            return -1;
         *w++ = '"';
         o->len = w - o->s;
         return 0;

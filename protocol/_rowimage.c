@@ -72,23 +72,8 @@ value(const Col *c, Buf *b, PyObject *partial)
     }
     case OP_YEAR:
         return PyLong_FromLong(s[0] ? 1900 + s[0] : 0);
-    case OP_DATE:
-        o = put_packed_date(o, s);
-        break;
-    case OP_DATETIME2:
-        o = put_datetime2(o, s, c->arg);
-        break;
-    case OP_TIMESTAMP2:
-        o = put_utc(o, (int64_t)be(s, 4), frac_usec(s + 4, c->arg), c->arg);
-        break;
-    case OP_TIME2:
-        o = put_time2(o, s, c->arg);
-        break;
-    case OP_TIMESTAMP:
-        o = put_utc(o, (int64_t)le(s, 4), 0, 0);
-        break;
-    case OP_DECIMAL:
-        if ((o = put_decimal(o, c, s)) == NULL)
+    case OP_DATE: case OP_DATETIME2: case OP_TIMESTAMP2: case OP_TIME2: case OP_TIMESTAMP: case OP_DECIMAL:
+        if ((o = put_value_text(o, c, s)) == NULL)
             return NULL;
         break;
     case OP_BIT:

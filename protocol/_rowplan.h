@@ -348,6 +348,27 @@ bad:
     return NULL;
 }
 
+/* The text of a date, time or DECIMAL value (OP_DATE, OP_DATETIME2, OP_TIMESTAMP2, OP_TIME2, OP_TIMESTAMP,
+ * OP_DECIMAL), at most TEXT_MAX bytes at o: its end, or NULL with EventDecodeError (a bad DECIMAL). */
+static char *
+put_value_text(char *o, const Col *c, const unsigned char *s)
+{
+    switch (c->op) {
+    case OP_DATE:
+        return put_packed_date(o, s);
+    case OP_DATETIME2:
+        return put_datetime2(o, s, c->arg);
+    case OP_TIMESTAMP2:
+        return put_utc(o, (int64_t)be(s, 4), frac_usec(s + 4, c->arg), c->arg);
+    case OP_TIME2:
+        return put_time2(o, s, c->arg);
+    case OP_TIMESTAMP:
+        return put_utc(o, (int64_t)le(s, 4), 0, 0);
+    default:  /* OP_DECIMAL */
+        return put_decimal(o, c, s);
+    }
+}
+
 /* ------------------------------------------------------------------ plan entries */
 
 /* Fills one column from its plan entry; 0 on success, -1 with an exception set. */

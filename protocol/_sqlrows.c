@@ -123,7 +123,7 @@ put_native(Out *o, const Column *col, const unsigned char *s)
     case OP_SET:
         return put_enum_set(o, col, s);
     default:
-        return put_text_value(o, c, s);
+        return add_value_text(o, c, s);
     }
 }
 

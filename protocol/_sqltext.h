@@ -251,7 +251,7 @@ put_digits(Out *o, int negative, int64_t sv, uint64_t uv)
 
 /* F_NATIVE: the dates, times and DECIMAL as their text (quoted for the dates and times). */
 static int
-put_text_value(Out *o, const Col *c, const unsigned char *s)
+add_value_text(Out *o, const Col *c, const unsigned char *s)
 {
     char *w = room(o, TEXT_MAX + 2);
     if (w == NULL)
@@ -259,26 +259,8 @@ put_text_value(Out *o, const Col *c, const unsigned char *s)
     int quoted = c->op != OP_DECIMAL;
     if (quoted)
         *w++ = '\'';
-    switch (c->op) {
-    case OP_DATE:
-        w = put_packed_date(w, s);
-        break;
-    case OP_DATETIME2:
-        w = put_datetime2(w, s, c->arg);
-        break;
-    case OP_TIMESTAMP2:
-        w = put_utc(w, (int64_t)be(s, 4), frac_usec(s + 4, c->arg), c->arg);
-        break;
-    case OP_TIME2:
-        w = put_time2(w, s, c->arg);
-        break;
-    case OP_TIMESTAMP:
-        w = put_utc(w, (int64_t)le(s, 4), 0, 0);
-        break;
-    default:  /* OP_DECIMAL, checked when the row was read */
-        if ((w = put_decimal(w, c, s)) == NULL)
-            return -1;
-    }
+    if ((w = put_value_text(w, c, s)) == NULL)  /* a DECIMAL was checked when the row was read */
+        return -1;
     if (quoted)
         *w++ = '\'';
     o->len = w - o->s;
