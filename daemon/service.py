@@ -307,8 +307,8 @@ class Daemon:
             resume = dataclasses.replace(resume, by_gtid=resume.by_gtid or failover is not None, source={
                 "host": endpoint, "flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid,
                 "version": info.version_text})
-            if self.schema is not None:  # the history as it stood at the resume position (seeded the first time)
-                await self.schema.open(resume.position.file, resume.position.pos)
+            if self.schema is not None:  # the history as it stood at the resume position (seeded when first needed)
+                await self.schema.open(resume.position.file, resume.position.pos, lazy=True)
             decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0,
                               schema_source=self.schema.lookup if self.schema else None, rows=self.sink.wants_rows)
             ending = asyncio.Event()  # failover: the consumer stops at a boundary (daemon stop or read-only source)

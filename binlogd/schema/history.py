@@ -223,6 +223,12 @@ class SchemaTracker:
         self._set((table.schema, table.table), table)
         return Entry(file, pos, self.gtid, table.schema, table.table, table, source)
 
+    def extend(self, entries: list[Entry], file: str, pos: int) -> None:
+        """Take entries read from outside the stream (a seed) while the stream is at ``file:pos``: those at or
+        before it hold now, the later ones once the stream reaches them."""
+        self._pending = deque(sorted([*self._pending, *entries], key=lambda e: e.key))
+        self._apply_pending(position_key(file, pos))
+
     def record_database(self, schema: str, charset: str | None, file: str, pos: int, source: str) -> Entry:
         """Take a database's default character set from outside the stream."""
         self.catalog.databases[schema] = charset
