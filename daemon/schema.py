@@ -29,7 +29,6 @@ from binlogd.protocol.constants import EventType as ET
 
 from binlogd.schema import Entry, HistoryWriter, SchemaHistoryError, SchemaTracker, TableDef, agrees, read_history
 from binlogd.schema.catalog import Catalog
-from binlogd.schema.changes import CreateTable, tables_named
 from binlogd.schema.history import position_key
 from binlogd.schema.model import charset_name
 
@@ -116,6 +115,7 @@ class ServerSchema:
         if not rows or len(rows[0]) < 2:
             return None
         from binlogd.schema import ddl  # sqlglot only once a statement is to be read
+        from binlogd.schema.changes import CreateTable
 
         changes = ddl.parse(rows[0][1], schema)
         if len(changes) != 1 or not isinstance(changes[0], CreateTable):
@@ -153,6 +153,7 @@ class ServerSchema:
         binlog) names (``(db, "*")``: a whole database); None when that is not known (an unreadable statement,
         or more than ``limit`` events)."""
         from binlogd.schema import ddl
+        from binlogd.schema.changes import tables_named
 
         files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
         end = position_key(*until) if until is not None else None

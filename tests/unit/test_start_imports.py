@@ -1,8 +1,9 @@
-"""``binlogd info``'s start (issue 16): it imports what describing a file needs and no more.
+"""Start-up imports (issue 16): ``binlogd info`` and the daemon import what they need when they need it.
 
-``python -m bench.info --start-only`` times it; these tests keep what made it fast from coming back:
-info's own argument parsing gives what argparse gives, and a fresh ``binlogd info FILE`` imports
-neither argparse, orjson nor the row decoders.
+``python -m bench.info --start-only`` and ``python -m bench.cdc`` time them; these tests keep what made
+them fast from coming back: info's own argument parsing gives what argparse gives, a fresh ``binlogd
+info FILE`` imports neither argparse, orjson nor the row decoders, and the schema history imports the
+DDL parser (sqlglot) only for a DDL statement.
 """
 
 from __future__ import annotations
@@ -56,3 +57,27 @@ def test_info_imports_no_argparse_orjson_or_row_decoders():
     assert not {"argparse", "orjson", *ROW_DECODING} & modules, sorted({"argparse", "orjson", *ROW_DECODING} & modules)
     modules, out = _modules_after(["info", "--json", str(path)])
     assert json.loads(out)["file"] == str(path) and "orjson" in modules
+
+
+def test_the_schema_history_imports_the_ddl_parser_only_for_ddl():
+    code = """
+import sys
+import binlogd.daemon.service
+from binlogd.protocol import events as E
+from binlogd.protocol.constants import EventType as ET
+from binlogd.schema import SchemaTracker
+
+def query(sql, pos):
+    return E.QueryEvent(E.EventHeader(0, ET.QUERY, 1, 40, pos + 40, 0, pos), 1, 0, 0, "d", sql, {})
+
+tracker = SchemaTracker()
+for i, sql in enumerate(["BEGIN", "COMMIT", "INSERT INTO t VALUES (1)", "/* CREATE TABLE x (a INT) */ SAVEPOINT a"]):
+    assert tracker.observe(query(sql, 100 * i), "b.000001") == []
+before = {m for m in sys.modules if m.startswith(("sqlglot", "binlogd.schema.changes"))}
+entries = tracker.observe(query("CREATE TABLE t (a INT)", 900), "b.000001")
+after = "sqlglot" in sys.modules
+print(sorted(before), [e.table for e in entries], after)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "['t']", "True"]
