@@ -7,16 +7,19 @@ consumer hands it every event (:meth:`DaemonSchema.follow`):
 
 - a DDL's history entries are written durably before the event is passed on, so before the
   checkpoint can move past the DDL;
+- while the history holds no seed, the first TABLE_MAP of a selected table the decoder asked for and
+  the history does not know seeds it from the server, valid from the start of that TABLE_MAP's
+  transaction (with FULL row metadata the decoder asks for none, and the server is never asked);
 - a TABLE_MAP whose columns came out positional (no definition, or one that does not agree with it)
   makes it read ``SHOW CREATE TABLE`` once; that definition is recorded when it agrees with the
   TABLE_MAP and no DDL naming the table was logged since (``SHOW BINLOG EVENTS``), else the columns
   stay positional and ``binlogd_schema_mismatch_total{schema,table}`` counts it.
 
 Each session starts from the history file at its resume position (:meth:`DaemonSchema.open`), so a
-reconnect or a restart after SIGKILL sees the definitions as they were at the checkpoint. With no
-history yet, it is seeded from the server: tables that no DDL logged between the start position and
-the server's current position names are valid from the start; the others only from that current
-position (before it they are named by the stream's own DDL, or positional).
+reconnect or a restart after SIGKILL sees the definitions as they were at the checkpoint. A seed's
+tables that no DDL logged between its position and the server's current position names are valid from
+its position; the others only from that current position (before it they are named by the stream's own
+DDL, or positional), and those DDL named while the seed read the definitions not at all.
 """
 
 from __future__ import annotations
