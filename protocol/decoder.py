@@ -20,10 +20,10 @@ from .constants import EventType as ET
 from .errors import ChecksumError, EventDecodeError, ProtocolError
 from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
 from .rows import ROWS_TYPES, decode_rows, undecoded_rows
-from .skim import SkimRun, skim_run
 
-if TYPE_CHECKING:  # imported at the first TABLE_MAP: binlogd info decodes none
+if TYPE_CHECKING:  # imported at the first TABLE_MAP (binlogd info decodes none), and by decoders without rows
     from .rowcodec import TableCodec
+    from .skim import SkimRun
     from .tablemap import TableSchema
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
@@ -148,6 +148,11 @@ class Decoder:
         self._hidden_vectors = False  # MariaDB 11.7+: VECTOR columns are logged as binary VARCHARs
         self._table_cache: dict[bytes, list] = {}
         self._skim_table: tuple[bytes, bytes] | None = None  # (post-header lengths, skim table for them)
+        self._skim = None
+        if not rows:
+            from . import skim  # skim_run's check, for decoders without rows only
+
+            self._skim = skim
 
     # ------------------------------------------------------------ state
     def post_header_len(self, type_code: int) -> int:
@@ -222,6 +227,8 @@ class Decoder:
         """
         if self.rows or self.header_len != 19 or self._type_permutation or self.encrypted_at is not None \
                 or self.fde is None:
+            from .skim import SkimRun
+
             return SkimRun(start, expect, 0, 0, {})
         if self._skim_table is None or self._skim_table[0] is not self._post_header:
             table = bytearray(256)
@@ -231,8 +238,8 @@ class Decoder:
                 table[tc] = 1 + self.table_id_size(tc) + 2  # table id and flags
             self._skim_table = (self._post_header, bytes(table))
         crc = self.checksum_alg == CHECKSUM_CRC32
-        return skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
-                        crc32 if crc and self.verify_checksums else None, expect)
+        return self._skim.skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
+                                   crc32 if crc and self.verify_checksums else None, expect)
 
     def decode(self, data: bytes | memoryview, pos: int = 0) -> E.Event:
         """Decode one complete event (header, body and checksum: exactly ``event_length`` bytes).
