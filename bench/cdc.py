@@ -26,7 +26,9 @@ benchmark in one command:
    mariadb-binlog (both of its modes) and binlogd dump --json / mariadb-binlog (files), the machine
    and the date. ``--json``: one JSON object.
    ``--profile`` adds one more binlogd run under cProfile (top 25 by tottime);
-   ``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups).
+   ``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups);
+   ``--compare PYTHON`` also times the ``binlogd run`` of another installation (another commit's
+   venv) in the same rounds, as "binlogd (compare)", for before/after figures from one run.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ def _file_key(name: str) -> int:
 
 
 def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict, schema_source: str = "auto",
-                profile: Path | None = None) -> tuple[float, float, int]:
-    """``binlogd run`` from ``first_file``:4 until its checkpoint reaches ``target``.
+                profile: Path | None = None, python: str = sys.executable) -> tuple[float, float, int]:
+    """``binlogd run`` (of the installation ``python`` runs) from ``first_file``:4 until its checkpoint
+    reaches ``target``.
 
     Returns (seconds from process start, seconds until the first change line was in the sink,
     change lines written).
@@ -76,7 +79,7 @@ def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict, sch
             "source.password": srv.repl_password, "source.start": f"file:{first_file}:4",
             "source.server_id": str(next(_server_ids)), "checkpoint.path": str(checkpoint),
             "sink.kind": "jsonl", "sink.path": str(sink), "metrics.listen": "", "schema.source": schema_source}
-    prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
+    prefix = [python] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
     cmd = prefix + ["-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     errlog = open(workdir / "binlogd.log", "w+")
     first_line, done = None, _file_key(target)
@@ -180,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="one more binlogd run under cProfile (top 25)")
     ap.add_argument("--pure-python", action="store_true", help="binlogd with BINLOGD_PURE_PYTHON=1")
     ap.add_argument("--binlogd-only", action="store_true", help="time binlogd alone (no ratios: for profiling)")
+    ap.add_argument("--compare", metavar="PYTHON",
+                    help="also time binlogd run of the installation this interpreter runs (another commit's venv)")
     ap.add_argument("--schema-source", default="auto", choices=("auto", "none"),
                     help="binlogd's [schema] source (default auto, binlogd's default; none: no schema history, "
                          "the same output with FULL row metadata, without its seed's scan of the backlog)")
@@ -197,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {"binlogd": [], "python-mysql-replication": [],
                                      "mariadb-binlog (files)": [], "mariadb-binlog (remote)": [],
                                      "binlogd dump --json": []}
+    if ns.compare:
+        times["binlogd (compare)"] = []
     counts: dict[str, int] = {}
     first_lines: list[float] = []
     profile = None
@@ -211,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"backlog: {expected} ({total} row changes), {nbytes / 1e6:.1f} MB in {len(files) - 1} file(s)")
             first, target = files[0].name, files[-1].name
             local, remote, dump = mariadb_binlog_cmd(files[:-1]), remote_cmd(srv, first), dump_cmd(files[:-1])
-            subprocess.run([sys.executable, "-c", "import binlogd.cli, binlogd.daemon.service, binlogd.filetools, "
-                            "binlogd.protocol.jsonrows, binlogd.schema.cli"], check=True, env=env)  # bytecode
+            for python in filter(None, (sys.executable, ns.compare)):  # bytecode
+                subprocess.run([python, "-c", "import binlogd.cli, binlogd.daemon.service, binlogd.filetools, "
+                                "binlogd.protocol.jsonrows, binlogd.schema.cli"], check=True, env=env)
             for rnd in range(ns.repeat):
                 run_dir = work / f"binlogd-{rnd}"
                 run_dir.mkdir()
@@ -221,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(run_dir)
                 times["binlogd"].append(seconds)
                 first_lines.append(first_line)
+                if ns.compare:
+                    run_dir.mkdir()
+                    seconds, _, counts["binlogd (compare)"] = run_binlogd(srv, first, target, run_dir, env,
+                                                                          ns.schema_source, python=ns.compare)
+                    shutil.rmtree(run_dir)
+                    times["binlogd (compare)"].append(seconds)
                 if ns.binlogd_only:
                     log(f"round {rnd + 1}: binlogd {seconds:.3f}s, first line after {first_line:.3f}s")
                     continue
@@ -247,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.binlogd_only:
         print(f"binlogd: {counts['binlogd']} change lines, {total / min(times['binlogd']):,.0f} rows/s best, "
               f"first line after {min(first_lines) * 1000:.0f} ms")
+        if ns.compare:
+            print(f"binlogd (compare: {ns.compare}): {total / min(times['binlogd (compare)']):,.0f} rows/s best")
         print(profile or "", file=sys.stderr)
         return 0 if counts["binlogd"] == total else 1
     rates = {k: sorted(total / s for s in v) for k, v in times.items()}
@@ -264,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_dump_json_vs_mariadb_binlog_files": best["binlogd dump --json"] / best["mariadb-binlog (files)"],
         "row_counts": {"expected": total, **counts},
     }
+    if ns.compare:
+        other = best["binlogd (compare)"]
+        result.update(compare=ns.compare, ratio_compare_vs_python_mysql_replication=other
+                      / best["python-mysql-replication"],
+                      ratio_compare_vs_mariadb_binlog_remote=other / best["mariadb-binlog (remote)"])
     mismatch = len(set(result["row_counts"].values())) != 1
     if ns.json:
         print(json.dumps(result, indent=2))
@@ -278,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                  "python-mysql-replication": f"{peer_version}, one json.dumps per row to a file",
                  "mariadb-binlog (files)": "-vv from the files, to /dev/null",
                  "mariadb-binlog (remote)": "-vv --read-from-remote-server, to /dev/null",
-                 "binlogd dump --json": "from the files, to /dev/null"}
+                 "binlogd dump --json": "from the files, to /dev/null",
+                 "binlogd (compare)": f"binlogd run of {ns.compare}"}
         for name, r in rates.items():
             print(f"  {name:<25} {r[-1]:>10,.0f} rows/s  (range {r[0]:,.0f}-{r[-1]:,.0f}; {modes[name]})")
         print(f"  binlogd's first change line after {result['binlogd_first_line_seconds'] * 1000:.0f} ms")
@@ -287,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  binlogd / mariadb-binlog -vv (remote):   {result['ratio_binlogd_vs_mariadb_binlog_remote']:.2f}x")
         print(f"  binlogd dump --json / mariadb-binlog (files): "
               f"{result['ratio_dump_json_vs_mariadb_binlog_files']:.2f}x")
+        if ns.compare:
+            print(f"  binlogd (compare) / python-mysql-replication: "
+                  f"{result['ratio_compare_vs_python_mysql_replication']:.2f}x, / mariadb-binlog -vv (remote): "
+                  f"{result['ratio_compare_vs_mariadb_binlog_remote']:.2f}x")
         print(f"  row changes: {result['row_counts']}")
     if profile:
         print("\ncProfile of one binlogd run (top 25 by tottime):", file=sys.stderr)

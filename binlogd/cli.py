@@ -58,6 +58,8 @@ def cmd_info(args) -> int:
     from . import filetools
 
     _configure_store(args)
+    if args.json:
+        _import_orjson()  # only for --json (main() leaves it to info)
     status = EXIT_OK
     for path in args.files:
         try:
@@ -68,7 +70,7 @@ def cmd_info(args) -> int:
             continue
         report = dict(dataclasses.asdict(result), bytes_read=bytes_read)
         if args.json:
-            from binlogd.protocol.serialize import dumps  # orjson: only for --json
+            from binlogd.protocol.serialize import dumps
 
             _out(dumps(report) + b"\n")
         else:
@@ -236,16 +238,30 @@ def _import_orjson() -> None:
         raise KeyboardInterrupt
 
 
+def info_args(argv: list[str]):
+    """``info [--json] FILE…`` with no other option, parsed without argparse (importing it and building the
+    parsers is a good part of ``binlogd info``'s start): the arguments argparse would give; None for any
+    other command line, which argparse parses (and reports the errors of)."""
+    files = [a for a in argv[1:] if a != "--json"]
+    if argv[:1] != ["info"] or not files or any(a.startswith("-") and a != "-" for a in files):
+        return None
+    from types import SimpleNamespace
+
+    return SimpleNamespace(command="info", files=files, json=len(files) < len(argv) - 1, endpoint=None, region=None,
+                           path_style=False, func=cmd_info)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. Ctrl-C at any point (imports included) exits 130 quietly."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        _import_orjson()
+        if argv[:1] != ["info"]:  # info imports it only for --json
+            _import_orjson()
         if argv[:1] == ["spark"]:  # its own parser: binlogd spark index|changes|zip …
             from binlogd.pipeline.__main__ import main as spark_main
 
             return spark_main(argv[1:], prog="binlogd spark")
-        args = build_parser(argv[0] if argv else None).parse_args(argv)
+        args = info_args(argv) or build_parser(argv[0] if argv else None).parse_args(argv)
         return args.func(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -15,7 +15,6 @@ import difflib
 import os
 import re
 import ssl
-import tomllib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -448,6 +447,8 @@ def _from_text(key: str, text: str, origin: str):
 
 def _read_toml(path: str, values: dict) -> None:
     """Read the TOML file at ``path`` into ``values`` (dotted key -> (value, origin))."""
+    import tomllib  # only with a file: --set and the environment need no TOML
+
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)

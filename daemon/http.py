@@ -29,8 +29,6 @@ import resource
 import socket
 import threading
 
-from prometheus_client.exposition import choose_encoder
-
 from .metrics import Metrics
 
 __all__ = ["MAX_CONNECTIONS", "MetricsServer", "connection_cap", "parse_listen"]
@@ -205,6 +203,8 @@ class MetricsServer:
         if path == "/metrics":
             accept = next((line.partition(":")[2].strip() for line in lines[1:]
                            if line.partition(":")[0].strip().lower() == "accept"), "")
+            from prometheus_client.exposition import choose_encoder  # at the first scrape
+
             encoder, content_type = choose_encoder(accept)
             status, body = 200, encoder(self.metrics.registry)
         elif path == "/healthz":

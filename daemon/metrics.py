@@ -2,11 +2,13 @@
 
 :class:`Metrics` owns its own :class:`prometheus_client.CollectorRegistry` (never the global
 one), so a process or a test may hold many. Its methods are called by the daemon's single
-consumer and are cheap: labelled children are cached in dicts; the per-event figures (events
-and bytes received, the position) are kept in plain ints and moved into their metrics by
-:meth:`Metrics.flush`, which runs before every collection of the registry; and the time-derived
-gauges (lag, seconds since last event, checkpoint age) are computed at scrape time from the
-injected ``clock`` (wall seconds, ``time.time`` by default), not on every event.
+consumer and are cheap: every figure is kept in plain Python objects and moved into its metric
+by :meth:`Metrics.flush`, which runs before every collection of the registry; the registry and
+its metrics are made at the first collection (:attr:`Metrics.registry`), so prometheus_client
+(tens of milliseconds to import) is not loaded on the daemon's way to its first event, nor at all
+while nothing scrapes. The time-derived gauges (lag, seconds since last event, checkpoint age) are
+computed at scrape time from the injected ``clock`` (wall seconds, ``time.time`` by default), not
+on every event.
 
 Choices, stated once:
 
@@ -24,6 +26,8 @@ Choices, stated once:
   gives 42), -1 when the name has none.
 - Readiness: up (streaming) and the checkpoint fresh, meaning saved within the allowed age or
   no transaction counted by :meth:`Metrics.transaction` since the last save.
+- Each figure has one writer thread at a time (the consumer's, or the archive uploader's for
+  ``upload_*``); a collection reads them from any thread.
 
 Nothing passed to these methods should be secret; only names, counts and positions are kept.
 """
@@ -35,11 +39,44 @@ import threading
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-
 __all__ = ["Metrics", "file_index"]
 
 _FILE_INDEX = re.compile(r"\.(\d+)$")
+_COUNTER, _GAUGE, _CLOCKED = "counter", "gauge", "clocked"
+# (kind, key, name, help, label names), in the order the registry lists them. A counter's or gauge's
+# figures are kept under its key in Metrics._counts / Metrics._series; a clocked gauge is a method's value.
+_METRICS = (
+    (_COUNTER, "events", "binlogd_events_total", "Binlog events received, by event type", ("type",)),
+    (_COUNTER, "rows", "binlogd_rows_total", "Rows decoded, by schema, table (opt-in) and op",
+     ("schema", "table", "op")),
+    (_COUNTER, "bytes", "binlogd_bytes_received_total", "Bytes of binlog events received", ()),
+    (_COUNTER, "transactions", "binlogd_transactions_total", "Transactions committed in the stream", ()),
+    (_COUNTER, "reconnects", "binlogd_reconnects_total", "Reconnects to the primary", ()),
+    (_COUNTER, "errors", "binlogd_errors_total", "Errors, by kind", ("kind",)),
+    (_COUNTER, "schema_mismatch", "binlogd_schema_mismatch_total", "TABLE_MAPs whose columns stay positional: no "
+     "definition of the table (schema history, then the server) agrees with them", ("schema", "table")),
+    (_COUNTER, "unnamed", "binlogd_columns_unnamed_total", "Row events whose columns had to be named @1, @2, ...", ()),
+    (_COUNTER, "sink_commits", "binlogd_sink_commits_total", "Durable syncs of the sink, each followed by a checkpoint "
+     "save; one sync covers every transaction flushed since the last (not a transaction count)", ()),
+    (_CLOCKED, "lag", "binlogd_lag_seconds", "Now minus the timestamp of the last real event; 0 when caught up", ()),
+    (_CLOCKED, "seconds_since_last_event", "binlogd_seconds_since_last_event",
+     "Seconds since the last real event was received", ()),
+    (_CLOCKED, "checkpoint_age", "binlogd_checkpoint_age_seconds", "Seconds since the checkpoint was last saved", ()),
+    (_GAUGE, "heartbeat", "binlogd_last_heartbeat_timestamp_seconds",
+     "Wall-clock time of the last heartbeat received (0 before any)", ()),
+    (_GAUGE, "position", "binlogd_position", "Next position in the current binlog file", ("file",)),
+    (_GAUGE, "file_index", "binlogd_binlog_file_index", "Numeric suffix of the current binlog file name", ()),
+    (_GAUGE, "queue_depth", "binlogd_queue_depth", "Events waiting between reader and consumer", ()),
+    (_GAUGE, "up", "binlogd_up", "1 while streaming from the primary, else 0", ()),
+    (_GAUGE, "source_info", "binlogd_source_info", "1 for the server binlogd streams from now",
+     ("host", "server_id", "server_uuid", "version")),
+    (_COUNTER, "failovers", "binlogd_failovers_total", "Switches from one source server to another", ()),
+    (_GAUGE, "upload_pending", "binlogd_upload_pending_files",
+     "Closed archive files not yet uploaded and verified", ()),
+    (_COUNTER, "upload_bytes", "binlogd_upload_bytes_total", "Bytes of archive files uploaded and verified", ()),
+    (_COUNTER, "upload_errors", "binlogd_upload_errors_total",
+     "Failed uploads or verifications of archive files (each retried)", ()),
+)
 
 
 def file_index(name: str) -> int | None:
@@ -48,83 +85,53 @@ def file_index(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+class _Figure:
+    """One unlabelled figure of a :class:`Metrics`, for a writer that holds it (the archive uploader):
+    ``inc`` adds to a counter, ``set`` sets a gauge."""
+
+    __slots__ = ("_values", "_key")
+
+    def __init__(self, values: dict, key: str) -> None:
+        self._values, self._key = values, key
+
+    def inc(self, amount: float = 1) -> None:
+        series = self._values[self._key]
+        series[()] = series.get((), 0) + amount
+
+    def set(self, value: float) -> None:
+        self._values[self._key][()] = value
+
+
 class Metrics:
-    """The daemon's metrics, in a private registry.
+    """The daemon's metrics, in a private registry made at the first collection.
 
     Fields:
-        registry: the :class:`CollectorRegistry` holding every ``binlogd_*`` metric.
+        registry: the :class:`CollectorRegistry` holding every ``binlogd_*`` metric (made, and
+            prometheus_client imported, when first read).
         table_labels: whether ``binlogd_rows_total`` is split by schema and table.
         clock: callable returning wall-clock seconds (injected so tests control time).
-        upload_pending, upload_bytes, upload_errors: the archive uploader's gauge and counters (set and
-            incremented by :class:`binlogd.daemon.sinks.upload.Uploader` directly).
+        upload_pending, upload_bytes, upload_errors: the archive uploader's gauge and counters (``set`` and
+            ``inc`` by :class:`binlogd.daemon.sinks.upload.Uploader` directly).
     """
 
     def __init__(self, *, table_labels: bool = False, clock: Callable[[], float] = time.time) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
         self.table_labels = table_labels
         self.clock = clock
-        r = self.registry
-        # Registered first, so every collection (scrape, exposition, get_sample_value) flushes the
-        # per-event counts into the metrics below before they are read.
-        r.register(_FlushFirst(self.flush))
-        self._events = Counter("binlogd_events_total", "Binlog events received, by event type", ["type"], registry=r)
-        self._rows = Counter("binlogd_rows_total", "Rows decoded, by schema, table (opt-in) and op",
-                             ["schema", "table", "op"], registry=r)
-        self._bytes = Counter("binlogd_bytes_received_total", "Bytes of binlog events received", registry=r)
-        self._transactions = Counter("binlogd_transactions_total", "Transactions committed in the stream",
-                                     registry=r)
-        self._reconnects = Counter("binlogd_reconnects_total", "Reconnects to the primary", registry=r)
-        self._errors = Counter("binlogd_errors_total", "Errors, by kind", ["kind"], registry=r)
-        self._schema_mismatch = Counter(
-            "binlogd_schema_mismatch_total", "TABLE_MAPs whose columns stay positional: no definition of the table "
-            "(schema history, then the server) agrees with them", ["schema", "table"], registry=r)
-        self._unnamed = Counter("binlogd_columns_unnamed_total",
-                                "Row events whose columns had to be named @1, @2, ...", registry=r)
-        self._sink_commits = Counter("binlogd_sink_commits_total",
-                                     "Durable syncs of the sink, each followed by a checkpoint save; one sync "
-                                     "covers every transaction flushed since the last (not a transaction count)",
-                                     registry=r)
-        Gauge("binlogd_lag_seconds", "Now minus the timestamp of the last real event; 0 when caught up",
-              registry=r).set_function(self.lag)
-        Gauge("binlogd_seconds_since_last_event", "Seconds since the last real event was received",
-              registry=r).set_function(self.seconds_since_last_event)
-        Gauge("binlogd_checkpoint_age_seconds", "Seconds since the checkpoint was last saved",
-              registry=r).set_function(self.checkpoint_age)
-        self._heartbeat_ts = Gauge("binlogd_last_heartbeat_timestamp_seconds",
-                                   "Wall-clock time of the last heartbeat received (0 before any)", registry=r)
-        self._position = Gauge("binlogd_position", "Next position in the current binlog file", ["file"], registry=r)
-        self._file_index = Gauge("binlogd_binlog_file_index", "Numeric suffix of the current binlog file name",
-                                 registry=r)
-        self._queue_depth = Gauge("binlogd_queue_depth", "Events waiting between reader and consumer", registry=r)
-        self._up = Gauge("binlogd_up", "1 while streaming from the primary, else 0", registry=r)
-        self._source_info = Gauge("binlogd_source_info", "1 for the server binlogd streams from now",
-                                  ["host", "server_id", "server_uuid", "version"], registry=r)
-        self._failovers = Counter("binlogd_failovers_total", "Switches from one source server to another",
-                                  registry=r)
-        self._source_labels: tuple[str, str, str, str] | None = None
-        self._file_index.set(-1)
-        # The archive's uploads (daemon/sinks/upload.py, its worker thread): prometheus_client is thread-safe.
-        self.upload_pending = Gauge("binlogd_upload_pending_files", "Closed archive files not yet uploaded and "
-                                    "verified", registry=r)
-        self.upload_bytes = Counter("binlogd_upload_bytes_total", "Bytes of archive files uploaded and verified",
-                                    registry=r)
-        self.upload_errors = Counter("binlogd_upload_errors_total", "Failed uploads or verifications of archive "
-                                     "files (each retried)", registry=r)
-
-        self._event_children: dict[str, object] = {}
-        self._row_children: dict[tuple[str, str, str], object] = {}
-        self._error_children: dict[str, object] = {}
-        self._file: str | None = None
-        self._file_child = None
-        # Per-event figures in plain Python objects, moved into the prometheus metrics by flush().
-        # Only the consumer writes them (running totals and one tuple, each assignment atomic);
-        # flush(), from the consumer or a scrape thread, pushes what changed since its last run.
+        self._registry = None
+        self._metrics: dict[str, object] = {}   # key -> its prometheus metric, once the registry is made
+        # Running totals of the counters and current series of the gauges: key -> {label values: value}.
+        self._counts: dict[str, dict[tuple, float]] = {k: {} for kind, k, *_ in _METRICS if kind == _COUNTER}
+        self._series: dict[str, dict[tuple, float]] = {k: {} for kind, k, *_ in _METRICS if kind == _GAUGE}
+        self._flushed: dict[str, dict[tuple, float]] = {k: {} for k in (*self._counts, *self._series)}
+        self._series["file_index"][()] = -1
+        self.upload_pending = _Figure(self._series, "upload_pending")
+        self.upload_bytes = _Figure(self._counts, "upload_bytes")
+        self.upload_errors = _Figure(self._counts, "upload_errors")
+        # The per-event figures, in their own fields (the consumer's hot path): running totals and one tuple.
         self._event_counts: dict[str, int] = {}   # type name -> events counted (running total)
-        self._event_flushed: dict[str, int] = {}  # type name -> total already added to the counter
+        self._rows_counts = self._counts["rows"]
         self._bytes_count = 0
-        self._bytes_flushed = 0
         self._transaction_count = 0
-        self._transaction_flushed = 0
         self._where: tuple[str, int] | None = None  # (file, pos) last set by position()
         self._flush_lock = threading.Lock()
         start = clock()
@@ -135,14 +142,33 @@ class Metrics:
         self._pending = 0
         self._is_up = False
 
+    @property
+    def registry(self):
+        """The :class:`prometheus_client.CollectorRegistry`; made at the first read."""
+        if self._registry is None:
+            with self._flush_lock:
+                if self._registry is None:
+                    self._registry = self._make_registry()
+        return self._registry
+
+    def _make_registry(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        r = CollectorRegistry(auto_describe=True)
+        # Registered first, so every collection (scrape, exposition, get_sample_value) flushes the
+        # figures into the metrics below before they are read.
+        r.register(_FlushFirst(self.flush))
+        for kind, key, name, text, labels in _METRICS:
+            if kind == _CLOCKED:
+                Gauge(name, text, registry=r).set_function(getattr(self, key))
+            else:
+                self._metrics[key] = (Counter if kind == _COUNTER else Gauge)(name, text, labels, registry=r)
+        return r
+
     # -- called by the consumer ------------------------------------------------------------
 
     def event(self, type_name: str, timestamp: int, nbytes: int, artificial: bool) -> None:
-        """Count one event of ``nbytes`` bytes; a real one (not artificial, timestamp > 0) sets lag's base.
-
-        The counts reach ``binlogd_events_total`` and ``binlogd_bytes_received_total`` at the next
-        :meth:`flush` (every collection of the registry runs one first).
-        """
+        """Count one event of ``nbytes`` bytes; a real one (not artificial, timestamp > 0) sets lag's base."""
         counts = self._event_counts
         counts[type_name] = counts.get(type_name, 0) + 1
         self._bytes_count += nbytes
@@ -162,64 +188,62 @@ class Metrics:
     def heartbeat(self) -> None:
         """Mark the stream caught up (lag 0 until the next real event) and stamp the heartbeat time."""
         self._lag_state = (self._lag_state[0], True)
-        self._heartbeat_ts.set(self.clock())
+        self._series["heartbeat"][()] = self.clock()
 
     def rows(self, schema: str, table: str, op: str, n: int) -> None:
         """Count ``n`` rows of ``op`` (insert/update/delete); schema/table kept only with table_labels."""
         key = (schema, table, op) if self.table_labels else ("", "", op)
-        child = self._row_children.get(key)
-        if child is None:
-            child = self._row_children[key] = self._rows.labels(*key)
-        child.inc(n)
+        counts = self._rows_counts
+        counts[key] = counts.get(key, 0) + n
 
     def transaction(self) -> None:
-        """Count one committed transaction (in ``binlogd_transactions_total`` from the next :meth:`flush`);
-        it stays pending for readiness until the next checkpoint save."""
+        """Count one committed transaction; it stays pending for readiness until the next checkpoint save."""
         self._transaction_count += 1
         self._pending += 1
 
+    def _count(self, key: str, labels: tuple = ()) -> None:
+        counts = self._counts[key]
+        counts[labels] = counts.get(labels, 0) + 1
+
     def sink_commit(self) -> None:
         """Count one durable sync of the sink (it covers one or more transactions)."""
-        self._sink_commits.inc()
+        self._count("sink_commits")
 
     def position(self, file: str, pos: int) -> None:
-        """Set the current position (shown at the next :meth:`flush`); on a new file the old file's
-        series is removed."""
+        """Set the current position; on a new file the old file's series is removed."""
         self._where = (file, pos)
 
     def flush(self) -> None:
-        """Move the event, byte and transaction counts and the position into their prometheus metrics.
+        """Move every figure into its prometheus metric (nothing to do before the registry is made).
 
         Called before every collection of the registry; safe from any thread.
         """
+        if self._registry is None:
+            return
         with self._flush_lock:
-            for type_name, total in list(self._event_counts.items()):
-                delta = total - self._event_flushed.get(type_name, 0)
-                if delta:
-                    child = self._event_children.get(type_name)
-                    if child is None:
-                        child = self._event_children[type_name] = self._events.labels(type_name)
-                    child.inc(delta)
-                    self._event_flushed[type_name] = total
-            total = self._bytes_count
-            if total != self._bytes_flushed:
-                self._bytes.inc(total - self._bytes_flushed)
-                self._bytes_flushed = total
-            total = self._transaction_count
-            if total != self._transaction_flushed:
-                self._transactions.inc(total - self._transaction_flushed)
-                self._transaction_flushed = total
+            self._counts["events"].update({(k,): v for k, v in list(self._event_counts.items())})
+            self._counts["bytes"][()] = self._bytes_count
+            self._counts["transactions"][()] = self._transaction_count
             where = self._where
             if where is not None:
-                file, pos = where
-                if file != self._file:
-                    if self._file is not None:
-                        self._position.remove(self._file)
-                    self._file = file
-                    self._file_child = self._position.labels(file)
-                    idx = file_index(file)
-                    self._file_index.set(-1 if idx is None else idx)
-                self._file_child.set(pos)
+                idx = file_index(where[0])
+                self._series["position"] = {(where[0],): where[1]}
+                self._series["file_index"][()] = -1 if idx is None else idx
+            for key, counts in self._counts.items():
+                metric, flushed = self._metrics[key], self._flushed[key]
+                for labels, total in list(counts.items()):
+                    delta = total - flushed.get(labels, 0)
+                    if delta:
+                        (metric.labels(*labels) if labels else metric).inc(delta)
+                        flushed[labels] = total
+            for key, series in self._series.items():
+                metric, flushed, now = self._metrics[key], self._flushed[key], dict(series)
+                for labels in flushed.keys() - now.keys():
+                    metric.remove(*labels)
+                for labels, value in now.items():
+                    if flushed.get(labels) != value:
+                        (metric.labels(*labels) if labels else metric).set(value)
+                self._flushed[key] = now
 
     def checkpoint_saved(self) -> None:
         """Record a checkpoint save now; no transaction is pending after it."""
@@ -228,45 +252,37 @@ class Metrics:
 
     def reconnect(self) -> None:
         """Count one reconnect."""
-        self._reconnects.inc()
+        self._count("reconnects")
 
     def error(self, kind: str) -> None:
         """Count one error of ``kind`` (a short fixed word such as "network", "decode", "sink")."""
-        child = self._error_children.get(kind)
-        if child is None:
-            child = self._error_children[kind] = self._errors.labels(kind)
-        child.inc()
+        self._count("errors", (kind,))
 
     def queue_depth(self, n: int) -> None:
         """Set the number of events waiting in the reader → consumer queue."""
-        self._queue_depth.set(n)
+        self._series["queue_depth"][()] = n
 
     def set_up(self, up: bool) -> None:
         """Set whether the daemon is streaming (binlogd_up 1) or not (0)."""
         self._is_up = bool(up)
-        self._up.set(1 if up else 0)
+        self._series["up"][()] = 1 if up else 0
 
     def schema_mismatch(self, schema: str, table: str) -> None:
         """Count a TABLE_MAP left with positional names although the table was looked up."""
-        self._schema_mismatch.labels(schema, table).inc()
+        self._count("schema_mismatch", (schema, table))
 
     def unnamed_columns(self) -> None:
         """Count one row event whose columns had to be named @1, @2, ..."""
-        self._unnamed.inc()
+        self._count("unnamed")
 
     def source(self, host: str, server_id: int, server_uuid: str, version: str) -> None:
         """Set the server streamed from (``host:port``): its ``binlogd_source_info`` series is 1, the previous
         source's series is removed."""
-        labels = (host, str(server_id), server_uuid, version)
-        if labels != self._source_labels:
-            if self._source_labels is not None:
-                self._source_info.remove(*self._source_labels)
-            self._source_info.labels(*labels).set(1)
-            self._source_labels = labels
+        self._series["source_info"] = {(host, str(server_id), server_uuid, version): 1}
 
     def failover(self) -> None:
         """Count one switch to another source server."""
-        self._failovers.inc()
+        self._count("failovers")
 
     # -- read at scrape time -----------------------------------------------------------------
 
@@ -306,6 +322,8 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """Return the registry in the Prometheus text format."""
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
 

@@ -7,16 +7,19 @@ consumer hands it every event (:meth:`DaemonSchema.follow`):
 
 - a DDL's history entries are written durably before the event is passed on, so before the
   checkpoint can move past the DDL;
+- while the history holds no seed, the first TABLE_MAP of a selected table the decoder asked for and
+  the history does not know seeds it from the server, valid from the start of that TABLE_MAP's
+  transaction (with FULL row metadata the decoder asks for none, and the server is never asked);
 - a TABLE_MAP whose columns came out positional (no definition, or one that does not agree with it)
   makes it read ``SHOW CREATE TABLE`` once; that definition is recorded when it agrees with the
   TABLE_MAP and no DDL naming the table was logged since (``SHOW BINLOG EVENTS``), else the columns
   stay positional and ``binlogd_schema_mismatch_total{schema,table}`` counts it.
 
 Each session starts from the history file at its resume position (:meth:`DaemonSchema.open`), so a
-reconnect or a restart after SIGKILL sees the definitions as they were at the checkpoint. With no
-history yet, it is seeded from the server: tables that no DDL logged between the start position and
-the server's current position names are valid from the start; the others only from that current
-position (before it they are named by the stream's own DDL, or positional).
+reconnect or a restart after SIGKILL sees the definitions as they were at the checkpoint. A seed's
+tables that no DDL logged between its position and the server's current position names are valid from
+its position; the others only from that current position (before it they are named by the stream's own
+DDL, or positional), and those DDL named while the seed read the definitions not at all.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from binlogd.protocol.constants import EventType as ET
 
 from binlogd.schema import Entry, HistoryWriter, SchemaHistoryError, SchemaTracker, TableDef, agrees, read_history
 from binlogd.schema.catalog import Catalog
-from binlogd.schema.changes import CreateTable, tables_named
 from binlogd.schema.history import position_key
 from binlogd.schema.model import charset_name
 
@@ -116,6 +118,7 @@ class ServerSchema:
         if not rows or len(rows[0]) < 2:
             return None
         from binlogd.schema import ddl  # sqlglot only once a statement is to be read
+        from binlogd.schema.changes import CreateTable
 
         changes = ddl.parse(rows[0][1], schema)
         if len(changes) != 1 or not isinstance(changes[0], CreateTable):
@@ -147,20 +150,28 @@ class ServerSchema:
             rows = await self._query("SHOW BINARY LOG STATUS")
         return str(rows[0][0]), int(rows[0][1])
 
-    async def ddl_tables_since(self, file: str, pos: int, limit: int = SCAN_LIMIT) -> set | None:
-        """The tables DDL logged from ``file:pos`` to the end of the binlog names (``(db, "*")``: a whole
-        database); None when that is not known (an unreadable statement, or more than ``limit`` events)."""
+    async def ddl_tables_since(self, file: str, pos: int, until: tuple[str, int] | None = None,
+                               limit: int = SCAN_LIMIT) -> set | None:
+        """The tables DDL logged from ``file:pos`` to ``until`` (a (file, pos), excluded; default: the end of the
+        binlog) names (``(db, "*")``: a whole database); None when that is not known (an unreadable statement,
+        or more than ``limit`` events)."""
         from binlogd.schema import ddl
+        from binlogd.schema.changes import tables_named
 
         files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
+        end = position_key(*until) if until is not None else None
         names, seen = set(), 0
         for name in files:
             if position_key(name, 0) < position_key(file, 0):
                 continue
+            if end is not None and position_key(name, 0) > end:
+                break
             start, skip = (pos if name == file else 4), 0
             while True:
                 rows = await self._query(f"SHOW BINLOG EVENTS IN %s FROM {int(start)} LIMIT {skip}, 1000", (name,))
                 for row in rows:
+                    if end is not None and position_key(name, int(row[1])) >= end:
+                        return names
                     if str(row[2]).startswith("Query"):
                         db, statement = _split_use(str(row[5] or ""))
                         for change in ddl.parse(statement, db):
@@ -205,13 +216,21 @@ class DaemonSchema:
         self._writer: HistoryWriter | None = None
         self._tried: set[tuple[str, str]] = set()   # tables whose current state was checked with the server
         self._txn_start = ("", 0)                     # where the current transaction began
+        self._seed_due = False      # the history holds no seed: one runs when a table needs it
+        self._seed_wanted = False   # the decoder asked for a selected table the history does not know
 
     def lookup(self, schema: str, table: str):
-        """The decoder's schema source (see :meth:`SchemaTracker.lookup`)."""
-        return self.tracker.lookup(schema, table) if self.tracker is not None else None
+        """The decoder's schema source (see :meth:`SchemaTracker.lookup`). While a seed is due, a selected
+        table it does not know asks for one, which :meth:`follow` then runs."""
+        known = self.tracker.lookup(schema, table) if self.tracker is not None else None
+        if known is None and self._seed_due and self.selected(schema, table):
+            self._seed_wanted = True
+        return known
 
-    async def open(self, file: str, pos: int) -> None:
-        """Start a session at ``file:pos``: the history as it stands on disk, seeded first when empty.
+    async def open(self, file: str, pos: int, lazy: bool = False) -> None:
+        """Start a session at ``file:pos``: the history as it stands on disk. When it holds no seed yet, it is
+        seeded from the server now, or (``lazy``) at the first TABLE_MAP of a selected table that it cannot
+        name (:meth:`follow`; with FULL row metadata and no MariaDB VECTOR look-alikes, never).
 
         A seed the server refuses (no SELECT grant, lost connection) is logged and left for the next session.
 
@@ -226,46 +245,78 @@ class DaemonSchema:
             entries = read_history(self.path)
         except (SchemaHistoryError, OSError) as exc:
             raise SchemaHistoryUnusable(f"schema history {self.path}: {exc}") from exc
-        if not entries:
-            try:
-                entries = await self._seed(file, pos)
-            except _server_errors() as exc:
-                self.log.warning("schema history: cannot seed from the server (%s); columns of tables "
-                                 "no DDL in the stream defines stay positional", exc)
-                entries = []
-            self._append(entries)
         self.tracker = SchemaTracker(entries, warn=self.log.warning)
         self.tracker.start_at(file, pos)
         self._tried.clear()
         self._txn_start = (file, pos)
+        self._seed_due, self._seed_wanted = not any(e.source == "seed" for e in entries), False
+        if self._seed_due and not lazy:
+            await self._seed_at(file, pos)
+
+    async def _seed_at(self, file: str, pos: int) -> None:
+        """Seed the history from the server, valid from ``file:pos`` (where the stream is, or a transaction
+        it is in began): the entries written durably, then taken by the tracker.
+
+        Raises:
+            CheckpointError: the entries cannot be written.
+        """
+        self._seed_due = self._seed_wanted = False
+        try:
+            entries = await self._seed(file, pos)
+        except _server_errors() as exc:
+            self.log.warning("schema history: cannot seed from the server (%s); columns of tables "
+                             "no DDL in the stream defines stay positional", exc)
+            return
+        self._append(entries)
+        self.tracker.extend(entries, file, pos)
+        self._tried.clear()
 
     async def _seed(self, file: str, pos: int) -> list[Entry]:
+        """The server's databases and selected tables as seed entries, in position order.
+
+        Each holds from ``file:pos`` when no DDL logged since names it; else from the server's position before
+        the definitions were read (``now``) when no DDL logged from there until they were read names it (a
+        definition then may be newer than ``now``), and otherwise there is none: the stream's own DDL names it.
+
+        Raises:
+            pymysql.err.Error, OSError: the server refused a query or the connection was lost.
+        """
         now = await self.server.position()
-        late = position_key(*now) > position_key(file, pos)
-        try:
-            named = await self.server.ddl_tables_since(file, pos) if late else set()
-        except _server_errors() as exc:   # SHOW BINLOG EVENTS refused: no table is known to be untouched
-            self.log.warning("schema history: cannot list the DDL since %s:%d (%s)", file, pos, exc)
-            named = None
         dbs, tables = await self.server.tables(self.selected)
-        entries = [Entry(*(now if late and _named(named, db, "*") else (file, pos)), None, db, None, charset, "seed")
-                   for db, charset in dbs.items()]
-        for schema, table in tables:
-            definition = await self.server.create_table(schema, table)
-            if definition is not None:
-                at = now if late and _named(named, schema, table) else (file, pos)
-                entries.append(Entry(*at, None, schema, table, definition, "seed"))
+        definitions = [(name, await self.server.create_table(*name)) for name in tables]
+        racing = set() if await self.server.position() == now else await self._ddl_since(*now)
+        late = position_key(*now) > position_key(file, pos)
+        named = await self._ddl_since(file, pos, now) if late else set()
+
+        def held_from(schema: str, table: str) -> tuple[str, int] | None:
+            if _named(racing, schema, table):
+                return None
+            return now if late and _named(named, schema, table) else (file, pos)
+
+        entries = [Entry(*at, None, db, None, charset, "seed") for db, charset in dbs.items()
+                   if (at := held_from(db, "*")) is not None]
+        entries += [Entry(*at, None, *name, definition, "seed") for name, definition in definitions
+                    if definition is not None and (at := held_from(*name)) is not None]
         entries.sort(key=lambda e: e.key)
         self.log.info("schema history seeded from the server: %d tables at %s:%d%s", len(tables), file, pos,
                       f" ({sum(e.file == now[0] and e.pos == now[1] for e in entries)} named by later DDL: "
                       f"from {now[0]}:{now[1]})" if late else "")
         return entries
 
+    async def _ddl_since(self, file: str, pos: int, until: tuple[str, int] | None = None) -> set | None:
+        """:meth:`ServerSchema.ddl_tables_since`, None (every table may be named) when the server refuses it."""
+        try:
+            return await self.server.ddl_tables_since(file, pos, until)
+        except _server_errors() as exc:   # SHOW BINLOG EVENTS refused: no table is known to be untouched
+            self.log.warning("schema history: cannot list the DDL since %s:%d (%s)", file, pos, exc)
+            return None
+
     async def follow(self, event, raw, pos: int, file: str, decoder):
-        """Follow one event: record its DDL durably; repair its TABLE_MAPs when they came out positional.
+        """Follow one event: record its DDL durably; seed the history when a TABLE_MAP asked for it (see
+        :meth:`open`); repair its TABLE_MAPs when they came out positional.
 
         Returns:
-            The event, decoded again when a repair named its columns.
+            The event, decoded again when a seed or a repair may have named its columns.
         Raises:
             CheckpointError: the history could not be written (the checkpoint must not move past the DDL).
         """
@@ -278,6 +329,9 @@ class DaemonSchema:
                 self._append(list(entries))
                 self._tried.difference_update((e.schema, e.table) for e in entries)
             return event
+        if self._seed_wanted:
+            await self._seed_at(*self._txn_start)
+            event = decoder.decode(raw, pos)
         inner = event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)
         repaired = False
         for item in inner:

@@ -20,6 +20,7 @@ import logging
 import random
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
@@ -29,13 +30,15 @@ from . import systemd
 from .checkpoint import CheckpointError, CheckpointStore, ResumeState
 from .committer import Committer
 from .consumer import Consumer
-from .failover import Failover
 from .http import MetricsServer
 from .metrics import Metrics
 from .schema import DaemonSchema, ServerSchema, history_path
 from .session import Session
 from .sinks import SinkError, make_sink
 from .source import SourceError, admin_connection
+
+if TYPE_CHECKING:  # with several source.hosts only
+    from .failover import Failover
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
 EXIT_BINLOG_MISSING, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT, EXIT_DIVERGED = 5, 6, 7, 8, 9
@@ -136,6 +139,8 @@ class Daemon:
                 raise StartError(f"checkpoint {self.store.path} resumes by binlog file and position, and positions "
                                  "differ between servers: several source.hosts need GTID resume", EXIT_CONFIG)
             last = loaded.source.get("host") if loaded else None
+            from .failover import Failover
+
             self.failover = Failover(self.cfg.source, self.log, self.metrics, last)
         server = self.metrics_server = MetricsServer(
             self.metrics, self.cfg.metrics.listen,
@@ -307,8 +312,8 @@ class Daemon:
             resume = dataclasses.replace(resume, by_gtid=resume.by_gtid or failover is not None, source={
                 "host": endpoint, "flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid,
                 "version": info.version_text})
-            if self.schema is not None:  # the history as it stood at the resume position (seeded the first time)
-                await self.schema.open(resume.position.file, resume.position.pos)
+            if self.schema is not None:  # the history as it stood at the resume position (seeded when first needed)
+                await self.schema.open(resume.position.file, resume.position.pos, lazy=True)
             decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0,
                               schema_source=self.schema.lookup if self.schema else None, rows=self.sink.wants_rows)
             ending = asyncio.Event()  # failover: the consumer stops at a boundary (daemon stop or read-only source)

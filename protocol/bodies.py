@@ -18,7 +18,6 @@ from .errors import EventDecodeError
 from .gtid import MysqlGtidSet, decode_varlen
 from .gtid import decode_mariadb_gtid_list as gtid_list_entries
 from .primitives import I64, U16, U32, U64, need, packed_len, take, text, uuid_text
-from .values import decimal_text
 
 # ---------------------------------------------------------------- QUERY
 
@@ -200,6 +199,8 @@ def decode_user_var(h, body, ctx):
         need(raw, 0, 8, "USER_VAR int")
         value = (U64 if unsigned else I64).unpack_from(raw, 0)[0]
     elif vtype == 4:  # DECIMAL_RESULT: precision, scale, binary decimal
+        from .values import decimal_text  # the row value decoders: not on binlogd info's path
+
         need(raw, 0, 2, "USER_VAR decimal")
         value = decimal_text(raw, 2, raw[0], raw[1])
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from . import bodies as B
 from . import events as E
@@ -19,10 +19,12 @@ from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
 from .errors import ChecksumError, EventDecodeError, ProtocolError
 from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
-from .rowcodec import TableCodec
 from .rows import ROWS_TYPES, decode_rows, undecoded_rows
-from .skim import SkimRun, skim_run
-from .tablemap import TableSchema, apply_schema, decode_table_map, may_hide_vectors
+
+if TYPE_CHECKING:  # imported at the first TABLE_MAP (binlogd info decodes none), and by decoders without rows
+    from .rowcodec import TableCodec
+    from .skim import SkimRun
+    from .tablemap import TableSchema
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _FDE_FIXED = 2 + 50 + 4 + 1  # binlog version, server version, create timestamp, header length
@@ -146,6 +148,11 @@ class Decoder:
         self._hidden_vectors = False  # MariaDB 11.7+: VECTOR columns are logged as binary VARCHARs
         self._table_cache: dict[bytes, list] = {}
         self._skim_table: tuple[bytes, bytes] | None = None  # (post-header lengths, skim table for them)
+        self._skim = None
+        if not rows:
+            from . import skim  # skim_run's check, for decoders without rows only
+
+            self._skim = skim
 
     # ------------------------------------------------------------ state
     def post_header_len(self, type_code: int) -> int:
@@ -220,6 +227,8 @@ class Decoder:
         """
         if self.rows or self.header_len != 19 or self._type_permutation or self.encrypted_at is not None \
                 or self.fde is None:
+            from .skim import SkimRun
+
             return SkimRun(start, expect, 0, 0, {})
         if self._skim_table is None or self._skim_table[0] is not self._post_header:
             table = bytearray(256)
@@ -229,8 +238,8 @@ class Decoder:
                 table[tc] = 1 + self.table_id_size(tc) + 2  # table id and flags
             self._skim_table = (self._post_header, bytes(table))
         crc = self.checksum_alg == CHECKSUM_CRC32
-        return skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
-                        crc32 if crc and self.verify_checksums else None, expect)
+        return self._skim.skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
+                                   crc32 if crc and self.verify_checksums else None, expect)
 
     def decode(self, data: bytes | memoryview, pos: int = 0) -> E.Event:
         """Decode one complete event (header, body and checksum: exactly ``event_length`` bytes).
@@ -332,25 +341,32 @@ class Decoder:
         key = bytes(body[id_size + 2:])
         entry = self._table_cache.get(key)
         if entry is None:
+            from .rowcodec import TableCodec  # the row decoders: only once a TABLE_MAP needs them
+            from .tablemap import decode_table_map, may_hide_vectors
+
             mariadb = self.fde is not None and "mariadb" in self.fde.server_version.lower()
             _, _, schema, table, cols = decode_table_map(body, id_size, mariadb)
             base = tuple(cols)
-            entry = [schema, table, base, base, TableCodec(base), None]
+            # [schema, table, base columns, columns, codec, schema source's answer, unnamed, may hide vectors]
+            entry = [schema, table, base, base, TableCodec(base), None, any(c.name is None for c in base),
+                     may_hide_vectors(base)]
             if len(self._table_cache) >= 4096:
                 self._table_cache.clear()
             self._table_cache[key] = entry
         schema, table, base = entry[0], entry[1], entry[2]
-        if self.schema_source is not None and (any(c.name is None for c in base)
-                                               or self._hidden_vectors and may_hide_vectors(base)):
+        if self.schema_source is not None and (entry[6] or self._hidden_vectors and entry[7]):
             known = self.schema_source(schema, table)
             if known is not entry[5]:
+                from .rowcodec import TableCodec
+                from .tablemap import apply_schema
+
                 try:
                     columns = apply_schema(base, known) if known is not None else base
                 except EventDecodeError:
                     # The schema source describes another version of the table (it changed after
                     # this event was logged): the row values are still right, only unnamed (@N).
                     columns = base
-                entry[3:] = [columns, TableCodec(columns), known]
+                entry[3:6] = [columns, TableCodec(columns), known]
         event = E.TableMapEvent(header, table_id, flags, schema, table, entry[3])
         self.tables[table_id] = (event, entry[4])
         return event

@@ -4,10 +4,11 @@ Every event has ``header`` (:class:`EventHeader`); the other fields are the
 event's own. Row events decode their rows lazily on first access of ``rows``.
 
 The classes are dataclasses (``dataclasses.fields``, ``asdict`` and ``replace`` work on them),
-frozen and slotted, that behave as ``@dataclass(frozen=True, slots=True)`` makes them; but their
-``__init__`` methods are compiled for all classes in one go and their ``__repr__``, ``__eq__`` and
-``__hash__`` are shared (:func:`_compile_records`): dataclasses compiles six functions per class,
-one at a time, which made this module most of the command line's start-up time (27 ms of it).
+frozen and slotted, that behave as ``@dataclass(frozen=True, slots=True)`` makes them; but a class's
+``__init__`` is compiled when its first instance is made (most classes of a run never have one) and
+their ``__repr__``, ``__eq__`` and ``__hash__`` are shared (:func:`_compile_records`): dataclasses
+compiles six functions per class, one at a time, which made this module most of the command line's
+start-up time (27 ms of it).
 """
 
 from __future__ import annotations
@@ -55,34 +56,49 @@ def _hash(self) -> int:
 
 def _compile_records() -> None:
     """Make every class of :data:`_RECORDS` behave as ``@dataclass(frozen=True, slots=True)`` makes it:
-    an ``__init__`` taking the fields (compiled for all classes at once: it is on the decoder's path),
-    ``__repr__`` of the fields with repr=True, ``__eq__`` and ``__hash__`` over the fields with
-    compare=True, and FrozenInstanceError on assigning a field."""
-    source, names = [], {"_set": object.__setattr__, "_MISSING": MISSING}
-    for k, cls in enumerate(_RECORDS):
-        params, body = ["self"], []
-        for f in fields(cls):
-            if f.default is not MISSING:
-                names[f"_d{k}_{f.name}"] = f.default
-                params.append(f"{f.name}=_d{k}_{f.name}")
-            elif f.default_factory is not MISSING:
-                names[f"_f{k}_{f.name}"] = f.default_factory
-                params.append(f"{f.name}=_MISSING")
-                body.append(f"if {f.name} is _MISSING: {f.name} = _f{k}_{f.name}()")
-            else:
-                params.append(f.name)
-            body.append(f"_set(self, {f.name!r}, {f.name})")
-        source += [f"def __init__{k}({', '.join(params)}):", *(f"    {line}" for line in body or ["pass"])]
-    exec(compile("\n".join(source), __name__ + ".<records>", "exec"), names)
-    for k, cls in enumerate(_RECORDS):
-        init = names[f"__init__{k}"]
-        init.__name__, init.__qualname__ = "__init__", f"{cls.__qualname__}.__init__"
+    an ``__init__`` taking the fields (:func:`_first_init`), ``__repr__`` of the fields with repr=True,
+    ``__eq__`` and ``__hash__`` over the fields with compare=True, and FrozenInstanceError on assigning
+    a field."""
+    for cls in _RECORDS:
         compared = [f.name for f in fields(cls) if f.compare]
         cls._shown = tuple(f.name for f in fields(cls) if f.repr)
         cls._key = staticmethod(attrgetter(*compared))  # the compared fields (a tuple when more than one)
-        cls.__init__, cls.__repr__, cls.__eq__, cls.__hash__ = init, _repr, _eq, _hash
+        cls.__init__, cls.__repr__, cls.__eq__, cls.__hash__ = _first_init(cls), _repr, _eq, _hash
         cls.__setattr__, cls.__delattr__ = _frozen, _frozen
         cls.__getstate__, cls.__setstate__ = _getstate, _setstate
+
+
+def _first_init(cls: type) -> Callable:
+    """``cls.__init__`` until its first instance: it compiles the real one (:func:`_compiled_init`),
+    puts it on the class and runs it."""
+    def __init__(self, *args, **kwargs):
+        init = cls.__init__ = _compiled_init(cls)
+        init(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
+
+
+def _compiled_init(cls: type) -> Callable:
+    """An ``__init__`` taking ``cls``'s fields in order (defaults and default factories as declared) and
+    setting each: the one dataclasses would write."""
+    params, body, names = ["self"], [], {"_set": object.__setattr__, "_MISSING": MISSING}
+    for f in fields(cls):
+        if f.default is not MISSING:
+            names[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        elif f.default_factory is not MISSING:
+            names[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_MISSING")
+            body.append(f"if {f.name} is _MISSING: {f.name} = _f_{f.name}()")
+        else:
+            params.append(f.name)
+        body.append(f"_set(self, {f.name!r}, {f.name})")
+    source = "\n".join([f"def __init__({', '.join(params)}):", *(f"    {line}" for line in body or ["pass"])])
+    exec(compile(source, f"{__name__}.<{cls.__qualname__}>", "exec"), names)
+    init = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
 
 
 _FORMAT_DESCRIPTION = int(EventType.FORMAT_DESCRIPTION)

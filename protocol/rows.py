@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 from . import events as E
 from .bodies import mariadb_uncompress
 from .constants import EventType as ET
 from .errors import EventDecodeError
 from .primitives import U16, need, packed_int, packed_len, take
-from .rowcodec import TableCodec
-from .rowcodec import decode_rows as decode_images
+
+if TYPE_CHECKING:
+    from .rowcodec import TableCodec
 
 _KIND = {}
 for _t in (ET.PRE_GA_WRITE_ROWS, ET.WRITE_ROWS_V1, ET.WRITE_ROWS, ET.WRITE_ROWS_COMPRESSED_V1,
@@ -126,6 +128,8 @@ class RowImages:
 
 def _decode_rows(codec: TableCodec, kind: str, data: bytes, present_before: int,
                  present_after: int | None, partial: bool, h, null_offset: int) -> list:
+    from .rowcodec import decode_rows as decode_images  # imported by then: the TABLE_MAP built the codec
+
     first = codec.image(present_before, null_offset)
     second = codec.image(present_after if present_after is not None else present_before, null_offset)
     out = []

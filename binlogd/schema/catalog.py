@@ -8,9 +8,12 @@ could not be followed) or ``DROPPED``.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from . import changes as D
 from .model import BLOB_PACK, CHAR_TYPES, ColumnDef, TableDef, mbmaxlen, sized_text
+
+if TYPE_CHECKING:  # the change records come with the DDL parser, imported at the first DDL statement
+    from . import changes as D
 
 Name = tuple[str, str]
 UNKNOWN = "unknown"
@@ -50,6 +53,8 @@ class Catalog:
         Returns:
             The tables whose state changed → their new state (TableDef, UNKNOWN or DROPPED).
         """
+        from . import changes as D
+
         out: dict[Name, TableDef | str] = {}
         if isinstance(change, D.CreateDatabase):
             if not (change.if_not_exists and change.name in self.databases):
@@ -93,6 +98,8 @@ class Catalog:
     # ------------------------------------------------------------ ALTER
 
     def _alter(self, change: D.AlterTable) -> dict[Name, TableDef | str]:
+        from . import changes as D
+
         name = change.name
         current = self.tables.get(name, UNKNOWN)
         renames = [a.name for a in change.actions if isinstance(a, D.RenameTo)]
@@ -148,6 +155,8 @@ def _converted(col: ColumnDef, charset: str) -> ColumnDef:
 
 
 def _alter_action(table: TableDef, action) -> TableDef:
+    from . import changes as D
+
     columns = list(table.columns)
     pk = list(table.primary_key)
     if isinstance(action, D.AddColumn):

@@ -16,7 +16,6 @@ clause with its tokenizer.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import replace
 
 from sqlglot import exp
@@ -42,9 +41,7 @@ from .changes import (
     Unparsed,
 )
 from .model import BLOB_PACK, ColumnDef, charset_name
-from .sqltext import expand_comments, version_id
-
-_ANSI_QUOTES = 4        # sql_mode bit: "..." quotes identifiers
+from .sqltext import ddl_text
 
 
 class _Dialect(MySQL):
@@ -77,10 +74,6 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 # ------------------------------------------------------------------ entry point
 
-_FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
-_DDL_WORDS = frozenset({"CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE"})
-
-
 def parse(sql: str, default_db: str = "", sql_mode: int = 0, server_version: str = "") -> list:
     """The changes a QUERY event's statement makes to table columns.
 
@@ -93,12 +86,8 @@ def parse(sql: str, default_db: str = "", sql_mode: int = 0, server_version: str
         A list of change records; empty for statements that change no columns; ``[Unparsed]`` for a
         DDL statement that could not be read. Never raises for any input text.
     """
-    mariadb, version = version_id(server_version)
-    text = expand_comments(sql, mariadb, version, bool(sql_mode & _ANSI_QUOTES))
-    if text.upper().endswith("START TRANSACTION"):  # MySQL 8 logs CREATE ... SELECT so
-        text = text[:-len("START TRANSACTION")].rstrip()
-    m = _FIRST_WORD.match(text)
-    if not m or m[1].upper() not in _DDL_WORDS:
+    text = ddl_text(sql, sql_mode, server_version)
+    if text is None:
         return []
     try:
         tokens = _DIALECT.tokenize(text)

@@ -28,8 +28,8 @@ from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.errors import BinlogError
 
 from .catalog import DROPPED, UNKNOWN, Catalog
-from .changes import Unparsed
 from .model import CheckedSchema, TableDef, charset_name, compile_schema
+from .sqltext import ddl_text
 
 Name = tuple[str, str]
 _SUFFIX = re.compile(r"^(.*?)(\d+)$")
@@ -223,6 +223,12 @@ class SchemaTracker:
         self._set((table.schema, table.table), table)
         return Entry(file, pos, self.gtid, table.schema, table.table, table, source)
 
+    def extend(self, entries: list[Entry], file: str, pos: int) -> None:
+        """Take entries read from outside the stream (a seed) while the stream is at ``file:pos``: those at or
+        before it hold now, the later ones once the stream reaches them."""
+        self._pending = deque(sorted([*self._pending, *entries], key=lambda e: e.key))
+        self._apply_pending(position_key(file, pos))
+
     def record_database(self, schema: str, charset: str | None, file: str, pos: int, source: str) -> Entry:
         """Take a database's default character set from outside the stream."""
         self.catalog.databases[schema] = charset
@@ -256,9 +262,13 @@ class SchemaTracker:
         return ()
 
     def _query(self, event, file: str, end: int) -> list[Entry]:
-        from . import ddl  # sqlglot (70 ms to import) only once a statement is to be read
+        sql_mode = event.status.get("sql_mode", 0)
+        if ddl_text(event.query, sql_mode, self.server_version) is None:
+            return []  # BEGIN, COMMIT, DML: sqlglot (70 ms or more to import) only once a DDL statement is to be read
+        from . import ddl
+        from .changes import Unparsed
 
-        changes = ddl.parse(event.query, event.schema, event.status.get("sql_mode", 0), self.server_version)
+        changes = ddl.parse(event.query, event.schema, sql_mode, self.server_version)
         if not changes:
             return []
         server = charset_name(charset_for_collation(event.status.get("charset", {}).get("server")))

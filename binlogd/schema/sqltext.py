@@ -11,6 +11,10 @@ import re
 
 from binlogd.protocol.decoder import version_tuple
 
+_ANSI_QUOTES = 4        # sql_mode bit: "..." quotes identifiers
+_FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
+_DDL_WORDS = frozenset({"CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE"})
+
 
 def version_id(server_version: str) -> tuple[bool, int]:
     """(is MariaDB, version as the server's MYSQL_VERSION_ID: 10.11.19 → 101119) from an FDE's version;
@@ -70,6 +74,19 @@ def expand_comments(sql: str, mariadb: bool = True, version: int = 999999, ansi_
             out.append(ch)
             i += 1
     return "".join(out).strip().rstrip(";").strip()
+
+
+def ddl_text(sql: str, sql_mode: int = 0, server_version: str = "") -> str | None:
+    """A QUERY event's statement as its server ran it (:func:`expand_comments`, with ANSI_QUOTES from
+    ``sql_mode`` and the executable comments of ``server_version``; the START TRANSACTION that MySQL 8 logs
+    after CREATE ... SELECT dropped) when it is a statement that may change tables (CREATE, ALTER, DROP,
+    RENAME, TRUNCATE); None for any other (DML, BEGIN, COMMIT ...)."""
+    mariadb, version = version_id(server_version)
+    text = expand_comments(sql, mariadb, version, bool(sql_mode & _ANSI_QUOTES))
+    if text.upper().endswith("START TRANSACTION"):
+        text = text[:-len("START TRANSACTION")].rstrip()
+    m = _FIRST_WORD.match(text)
+    return text if m and m[1].upper() in _DDL_WORDS else None
 
 
 def split_statements(text: str) -> list[str]:

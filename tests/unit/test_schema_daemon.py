@@ -7,6 +7,7 @@ tests/integration/test_schema_history_daemon.py.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 
@@ -265,3 +266,72 @@ async def test_an_unreadable_history_is_fatal_and_an_unwritable_one_is_retried(t
     monkeypatch.setattr(history.os, "fsync", full)
     with pytest.raises(CheckpointError, match="schema history"):
         await follow(schema, query("ALTER TABLE t ADD z INT", 300))
+
+
+# ---------------------------------------------------------------------- the daemon's lazy seed
+
+
+class MovingServer(FakeServer):
+    """A server that logs ``late`` events while the seed reads its definitions: its position moves from
+    ``now`` to ``moved`` after the first SHOW MASTER STATUS."""
+
+    def __init__(self, late, moved, **kwargs):
+        super().__init__(**kwargs)
+        self.late, self.moved = late, moved
+
+    def answer(self, sql: str, args) -> list[tuple]:
+        rows = super().answer(sql, args)
+        if sql == "SHOW MASTER STATUS":
+            self.now, self.events = self.moved, self.events + self.late
+        return rows
+
+
+async def test_a_lazy_open_asks_the_server_nothing_until_a_table_map_needs_a_definition(tmp_path, make):
+    server = FakeServer(now=("b.000001", 900))
+    schema, _ = make(server)
+    await schema.open("b.000001", 100, lazy=True)
+    await follow(schema, gtid(200))
+    named = E.TableMapEvent(header(ET.TABLE_MAP, 240), 1, 0, "d", "t", tuple(
+        dataclasses.replace(c, name=n) for c, n in zip(T_MAP, ("id", "v"))))
+    assert await follow(schema, named) is named          # FULL metadata: the decoder asks for nothing
+    assert server.queries == [] and read_history(tmp_path / "h.jsonl") == []
+    await follow(schema, gtid(300))
+    assert schema.lookup("d", "t") is None               # the decoder asks while decoding the TABLE_MAP
+    decoder = FakeDecoder()
+    assert await follow(schema, table_map(340), decoder=decoder) == "decoded again" and decoder.calls == [340]
+    saved = read_history(tmp_path / "h.jsonl")
+    assert {(e.table, e.file, e.pos, e.source) for e in saved} == {
+        (None, "b.000001", 300, "seed"), ("t", "b.000001", 300, "seed"), ("k", "b.000001", 300, "seed")}
+    assert schema.lookup("d", "t").names == ("id", "v")
+    n = len(server.queries)
+    assert schema.lookup("d", "nope") is None
+    await follow(schema, table_map(440, table="nope"))   # seeded once a session: a repair, not another seed
+    assert not any(q == "SHOW MASTER STATUS" for q in server.queries[n:])
+
+
+async def test_a_lazy_seed_waits_for_a_selected_table_and_is_not_repeated_after_a_restart(tmp_path, make):
+    server = FakeServer(now=("b.000001", 900))
+    schema, _ = make(server, selected=lambda s, t: t == "k")
+    await schema.open("b.000001", 100, lazy=True)
+    await follow(schema, gtid(200))
+    assert schema.lookup("d", "t") is None
+    await follow(schema, table_map(240))
+    assert server.queries == []                           # t is not delivered: no seed for it
+    assert schema.lookup("d", "k") is None
+    await follow(schema, table_map(260, (Column(0, T.LONGLONG, 0),), table="k"))
+    assert [(e.table, e.pos) for e in read_history(tmp_path / "h.jsonl")] == [(None, 200), ("k", 200)]
+    again, _ = make(FakeServer(now=("b.000001", 900)))
+    await again.open("b.000001", 100, lazy=True)          # a restart from before the seed's position
+    assert again.lookup("d", "k") is None
+    await follow(again, gtid(200))
+    assert again.lookup("d", "k").names == ("a",) and not again._seed_wanted
+
+
+async def test_a_seed_leaves_out_a_table_ddl_named_while_its_definitions_were_read(tmp_path, make):
+    late = [("b.000001", 600, "Query", 1, 700, "use `d`; ALTER TABLE k ADD COLUMN b INT")]
+    server = MovingServer(late, ("b.000001", 700), now=("b.000001", 100))
+    schema, _ = make(server)
+    await schema.open("b.000001", 100)
+    saved = read_history(tmp_path / "h.jsonl")
+    assert {(e.table, e.pos) for e in saved} == {(None, 100), ("t", 100)}   # k's definition may be the ALTERed one
+    assert schema.lookup("d", "k") is None and schema.lookup("d", "t").names == ("id", "v")
