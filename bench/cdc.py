@@ -62,7 +62,8 @@ _server_ids = itertools.count(2001)   # a new replica id per binlogd run (see be
 PEER_SERVER_ID = 4244
 
 
-def _file_key(name: str) -> int:
+def file_key(name: str) -> int:
+    """A binlog file name's numeric suffix (``b.000042`` -> 42)."""
     return int(name.rsplit(".", 1)[1])
 
 
@@ -82,7 +83,7 @@ def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict, sch
     prefix = [python] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
     cmd = prefix + ["-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     errlog = open(workdir / "binlogd.log", "w+")
-    first_line, done = None, _file_key(target)
+    first_line, done = None, file_key(target)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog, env=env)
     try:
@@ -93,7 +94,7 @@ def run_binlogd(srv, first_file: str, target: str, workdir: Path, env: dict, sch
                 position = json.loads(checkpoint.read_bytes())["position"]
             except (FileNotFoundError, ValueError):
                 position = None
-            if position is not None and _file_key(position["file"]) >= done:
+            if position is not None and file_key(position["file"]) >= done:
                 elapsed = time.perf_counter() - t0
                 break
             if proc.poll() is not None or time.perf_counter() - t0 > 600:

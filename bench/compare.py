@@ -32,7 +32,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.cdc import file_key
 from bench.compare_child import MARK, OURS
+from bench.memory import change_lines, vmhwm_kib
 
 DEFAULT_REF = "8439772"
 BENCHES = ("decode", "raw", "cdc", "info", "latency", "memory")
@@ -168,24 +170,12 @@ def _cli(*args: str, sets: dict | None = None) -> list[str]:
                                                           for a in ("--set", "=".join(kv))]]
 
 
-def _file_index(name: str) -> int:
-    return int(name.rsplit(".", 1)[1])
-
-
 def _checkpoint_position(path: Path) -> tuple[int, int] | None:
     try:
         pos = json.loads(path.read_bytes())["position"]
     except (FileNotFoundError, ValueError, KeyError):
         return None
-    return _file_index(pos["file"]), int(pos["pos"])
-
-
-def _count_lines(directory: Path) -> int:
-    lines = 0
-    for path in directory.glob("changes-*.jsonl"):
-        with open(path, "rb") as fh:
-            lines += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
-    return lines
+    return file_key(pos["file"]), int(pos["pos"])
 
 
 def _source_sets(srv, server_id: int, workdir: Path) -> dict:
@@ -207,7 +197,7 @@ def run_cdc(side: Side, srv, first: str, target: str, server_id: int) -> tuple[f
     with tempfile.TemporaryDirectory(prefix="binlogd-compare-cdc-") as tmp:
         work = Path(tmp)
         sets = {**_source_sets(srv, server_id, work), "source.start": f"file:{first}:4"}
-        done = (_file_index(target), 0)
+        done = (file_key(target), 0)
         with open(work / "binlogd.log", "w+") as errlog:
             t0, c0 = time.perf_counter(), _children_cpu()
             proc = subprocess.Popen(_cli("run", sets=sets), cwd=side.root, env=side.env, stdout=subprocess.DEVNULL,
@@ -223,7 +213,7 @@ def run_cdc(side: Side, srv, first: str, target: str, server_id: int) -> tuple[f
             finally:
                 proc.terminate()
                 proc.wait(60)
-        return elapsed, _children_cpu() - c0, _count_lines(work / "changes")
+        return elapsed, _children_cpu() - c0, change_lines(work / "changes")
 
 
 def run_process(side: Side, cmd: list[str]) -> tuple[float, float]:
@@ -231,13 +221,6 @@ def run_process(side: Side, cmd: list[str]) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), _children_cpu()
     subprocess.run(cmd, cwd=side.root, env=side.env, stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - t0, _children_cpu() - c0
-
-
-def _vmhwm_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
 
 
 def run_memory(sides: list[Side], gib: float, server_ids) -> dict:
@@ -260,17 +243,17 @@ def run_memory(sides: list[Side], gib: float, server_ids) -> dict:
                     stdout=subprocess.DEVNULL, stderr=open(work / "binlogd.log", "w")))
             _wait_streaming(procs, lambda work: (work / "checkpoint.json").exists())  # its first checkpoint
             srv.sql("INSERT INTO m.t VALUES (0, 'both daemons are streaming')")
-            _wait_streaming(procs, lambda work: _count_lines(work / "changes") >= 1)
+            _wait_streaming(procs, lambda work: change_lines(work / "changes") >= 1)
             log(f"    one transaction of {rows} rows x {row_bytes} bytes ...")
             srv.sql(f"INSERT INTO m.t SELECT seq, REPEAT('r', {row_bytes}) FROM seq_1_to_{rows}", database="m",
                     timeout=3600)
             file, pos = srv.sql("SHOW MASTER STATUS")[0][:2]
-            end = (_file_index(file), int(pos))
+            end = (file_key(file), int(pos))
             _wait_streaming(procs, lambda work: (_checkpoint_position(work / "checkpoint.json") or (0, 0)) >= end,
                             timeout=3600)
-            peaks = {name: _vmhwm_mib(proc.pid) for name, (_, proc) in procs.items()}
+            peaks = {name: vmhwm_kib(proc.pid) / 1024 for name, (_, proc) in procs.items()}
             for name, (work, _) in procs.items():
-                if (n := _count_lines(work / "changes")) != rows + 1:
+                if (n := change_lines(work / "changes")) != rows + 1:
                     raise SystemExit(f"{name}: {n} change lines, expected {rows + 1}")
         finally:
             for _, proc in procs.values():

@@ -40,15 +40,21 @@ print(open("/proc/self/status").read().split("VmHWM:")[1].split()[0], flush=True
 """
 
 
-def _vmhwm_kib(pid: int) -> int:
+def vmhwm_kib(pid: int) -> int:
+    """The peak RSS of process ``pid`` in KiB (VmHWM)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     raise RuntimeError("no VmHWM")
 
 
-def _lines(directory: Path) -> int:
-    return sum(p.read_bytes().count(b"\n") for p in directory.glob("changes-*.jsonl"))
+def change_lines(directory: Path) -> int:
+    """The change events in the JSON-lines sink's files in ``directory``, read 1 MiB at a time."""
+    lines = 0
+    for path in directory.glob("changes-*.jsonl"):
+        with open(path, "rb") as fh:
+            lines += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             log(f"committed after {time.monotonic() - t0:.1f}s; waiting for both readers ...")
             binlog_bytes = sum(p.stat().st_size for p in srv.binlog_files())
             deadline = time.monotonic() + 1800
-            while _lines(work / "out") < rows:
+            while change_lines(work / "out") < rows:
                 if daemon.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"binlogd stopped or timed out: {daemon.stderr.read()[-2000:]}")
                 time.sleep(0.5)
-            ours = _vmhwm_kib(daemon.pid)
+            ours = vmhwm_kib(daemon.pid)
             theirs = int(peer.communicate(timeout=1800)[0].strip())
         finally:
             daemon.terminate()
