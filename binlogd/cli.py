@@ -265,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except RuntimeError as exc:
+        # A Ctrl-C while a class is being made (a dataclass field's __set_name__, during an import) comes
+        # wrapped by Python as the cause of a RuntimeError.
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        raise
     except BrokenPipeError:
         return EXIT_OK
 

@@ -81,3 +81,27 @@ print(sorted(before), [e.table for e in entries], after)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "['t']", "True"]
+
+
+def test_ctrl_c_wrapped_by_class_creation_exits_130(monkeypatch):
+    """Python wraps a KeyboardInterrupt raised in a dataclass field's __set_name__ (a class made during an
+    import) in RuntimeError; main() still exits 130, and any other RuntimeError still propagates."""
+    import types
+
+    from binlogd import cli
+
+    def interrupted(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__") from exc
+
+    monkeypatch.setattr(cli, "info_args", lambda argv: types.SimpleNamespace(func=interrupted))
+    assert cli.main(["info", "f"]) == cli.EXIT_INTERRUPTED
+
+    def broken(args):
+        raise RuntimeError("not a Ctrl-C")
+
+    monkeypatch.setattr(cli, "info_args", lambda argv: types.SimpleNamespace(func=broken))
+    with pytest.raises(RuntimeError, match="not a Ctrl-C"):
+        cli.main(["info", "f"])
