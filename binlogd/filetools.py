@@ -15,7 +15,7 @@ import errno
 import mmap
 import os
 import stat
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
 
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
@@ -24,6 +24,10 @@ from binlogd.protocol.fileinfo import BinlogInfo, describe
 from binlogd.protocol.reader import ONLY_MAGIC, EventReader, check_magic, iter_events
 
 from . import storage
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (start-up: `binlogd info`)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 STDIN = "-"          # the file name that means standard input
 _CHUNK = 1 << 20     # bytes asked for per read of a stream

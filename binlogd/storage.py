@@ -22,9 +22,12 @@ import io
 import os
 import re
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from binlogd.protocol.errors import BinlogError
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (start-up: `binlogd info`)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 _URI = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 REMOTE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "hdfs"})

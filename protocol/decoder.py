@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
 
 from . import bodies as B
 from . import events as E
@@ -21,6 +21,7 @@ from .errors import ChecksumError, EventDecodeError, ProtocolError
 from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
 from .rows import ROWS_TYPES, decode_rows, undecoded_rows
 
+TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:  # imported at the first TABLE_MAP (binlogd info decodes none), and by decoders without rows
     from .rowcodec import TableCodec
     from .skim import SkimRun

@@ -13,11 +13,15 @@ start-up time (27 ms of it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
 from operator import attrgetter
-from typing import Any, Callable
 
 from .constants import LOG_EVENT_ARTIFICIAL_F, EventType, event_name
+
+TYPE_CHECKING = False  # typing is not imported at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 _RECORDS: list[type] = []
 

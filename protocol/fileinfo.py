@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
@@ -29,6 +28,10 @@ from .errors import ProtocolError, TruncatedError
 from .events import Event, FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, RotateEvent
 from .primitives import crc32
 from .reader import ONLY_MAGIC, check_magic
+
+TYPE_CHECKING = False  # typing itself is not imported at run time (start-up: `binlogd info`)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 __all__ = ["BinlogInfo", "describe"]
 

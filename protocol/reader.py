@@ -8,7 +8,7 @@ stream with no packet framing uses.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from .constants import MAGIC, EventType
 from .decoder import Decoder

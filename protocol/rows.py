@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
 
 from . import events as E
 from .bodies import mariadb_uncompress
@@ -11,6 +10,7 @@ from .constants import EventType as ET
 from .errors import EventDecodeError
 from .primitives import U16, need, packed_int, packed_len, take
 
+TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:
     from .rowcodec import TableCodec
 
