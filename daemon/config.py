@@ -397,17 +397,20 @@ class Config:
 
 
 def _leaves(cls, prefix: str = "") -> dict[str, tuple[str, Mapping]]:
-    """Every settable dotted key of ``cls`` -> (kind, field metadata); sections map to kind "section"."""
+    """Every settable dotted key of ``cls`` -> (kind, field metadata); sections map to kind "section" (and
+    their class to :data:`_SECTIONS`)."""
     out: dict[str, tuple[str, Mapping]] = {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         key, kind = prefix + f.name, _kind(hints[f.name])
         out[key] = (kind, f.metadata)
         if kind == "section":
+            _SECTIONS[key] = hints[f.name]
             out.update(_leaves(hints[f.name], key + "."))
     return out
 
 
+_SECTIONS: dict[str, type] = {}   # dotted key of a section -> its class (type hints are read once, here)
 _KEYS = _leaves(Config)
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
@@ -476,11 +479,10 @@ def _read_toml(path: str, values: dict) -> None:
 def _build(cls, prefix: str, values: Mapping[str, tuple[object, str]]):
     """Construct ``cls`` from the dotted ``values``, re-raising validation errors with the value's origin."""
     kwargs = {}
-    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         key = prefix + f.name
         if _KEYS[key][0] == "section":
-            kwargs[f.name] = _build(hints[f.name], key + ".", values)
+            kwargs[f.name] = _build(_SECTIONS[key], key + ".", values)
         elif key in values:
             kwargs[f.name] = values[key][0]
     try:
