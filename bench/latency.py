@@ -85,8 +85,12 @@ def _tail_sink(directory: Path, checkpoint: Path, seen: dict, durable: dict, sto
         time.sleep(0.0005)
 
 
-def _peer(conn: dict, file: str, pos: int, out, stop, ready) -> None:
-    """The peer in its own process: ``out`` gets {id: when the row reached Python} once ``stop`` is set."""
+SENTINEL_ID = 0  # the row written after the last commit: the peer reads up to it, so it has read them all
+
+
+def _peer(conn: dict, file: str, pos: int, out, ready) -> None:
+    """The peer in its own process: ``out`` gets {id: when the row reached Python} once it has read the
+    sentinel row (:data:`SENTINEL_ID`), which is written after every timed commit."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import WriteRowsEvent
 
@@ -99,7 +103,7 @@ def _peer(conn: dict, file: str, pos: int, out, stop, ready) -> None:
             now = time.monotonic()
             for row in event.rows:
                 seen.setdefault(row["values"]["id"], now)
-            if stop.is_set():
+            if SENTINEL_ID in seen:
                 break
     finally:
         stream.close()
@@ -130,10 +134,10 @@ def _run(srv: LocalServer, args, workdir: Path) -> dict:
                 raise SystemExit(f"binlogd did not start (exit {daemon.poll()}): {errlog.read()[-2000:]}")
             time.sleep(0.01)
         ctx = multiprocessing.get_context("spawn")
-        out, stop, peer_ready = ctx.Queue(), ctx.Event(), ctx.Event()
+        out, peer_ready = ctx.Queue(), ctx.Event()
         file, pos = srv.sql("SHOW MASTER STATUS")[0][:2]
         conn = {"host": "127.0.0.1", "port": srv.port, "user": srv.user, "passwd": srv.password}
-        peer = ctx.Process(target=_peer, args=(conn, file, int(pos), out, stop, peer_ready), daemon=True)
+        peer = ctx.Process(target=_peer, args=(conn, file, int(pos), out, peer_ready), daemon=True)
         peer.start()
         peer_ready.wait(30)
         commits, ours, durable = {}, {}, {}
@@ -147,8 +151,7 @@ def _run(srv: LocalServer, args, workdir: Path) -> dict:
         while len(durable) < len(commits) and time.monotonic() < deadline:
             time.sleep(0.05)
         tail_stop.set()
-        stop.set()
-        srv.sql("INSERT INTO l.t VALUES (0, 'wake the peer')")
+        srv.sql(f"INSERT INTO l.t VALUES ({SENTINEL_ID}, 'the end')")
         theirs = out.get(timeout=60)
         peer.join(10)
     finally:
