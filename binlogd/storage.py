@@ -21,9 +21,9 @@ from __future__ import annotations
 import io
 import os
 import re
-from dataclasses import dataclass
 
 from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.records import record
 
 TYPE_CHECKING = False  # typing itself is not imported at run time (start-up: `binlogd info`)
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class StorageError(BinlogError):
         self.missing = missing
 
 
-@dataclass(frozen=True)
+@record
 class Options:
     """How to reach an object store. Fields (all optional):
 
@@ -231,7 +231,7 @@ class _Guarded:
         self._raw.close()
 
 
-@dataclass(frozen=True)
+@record
 class Entry:
     """One listed file. Fields: ``uri`` (with its scheme when remote), ``size`` in bytes."""
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass
 
 from aiomysql.connection import Connection
+from binlogd.protocol.records import record
 from pymysql.err import OperationalError
 
 ER_NOT_SUPPORTED_AUTH_MODE = 1251
@@ -88,7 +88,7 @@ def transport(conn: Connection) -> asyncio.Transport | None:
     return writer.transport if writer is not None else None
 
 
-@dataclass(frozen=True)
+@record
 class Held:
     """What aiomysql's StreamReader had received when the transport was taken over.
 

@@ -12,19 +12,20 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from binlogd.protocol.checkpoint import Checkpoint
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.position import Position
+from binlogd.protocol.records import record
 
 
 class CheckpointError(BinlogError):
     """The checkpoint cannot be read, written or locked."""
 
 
-@dataclass(frozen=True)
+@record
 class ResumeState:
     """All the daemon carries from one session to the next: where to resume and what to reopen.
 

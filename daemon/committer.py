@@ -18,14 +18,16 @@ The rules, each kept by one piece of state:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+from binlogd.protocol.records import record
 
 from .checkpoint import CheckpointError, CheckpointStore, ResumeState
 from .metrics import Metrics
 from .sinks import Sink, SinkError
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Flushed:
     """What one :meth:`Committer.flush` made readable; :meth:`Committer.sync` takes it once.
 

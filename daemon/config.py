@@ -17,18 +17,19 @@ import re
 import ssl
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 from typing import ClassVar
 
 from binlogd.protocol.constants import EventType
 from binlogd.protocol.gtid import GtidSyntaxError, MariadbGtidList, MysqlGtidSet
+from binlogd.protocol.records import record
 
 from .configbase import ConfigError, Secret, _expect, _f, _kind, _Section, _shown, _why
 
 
-@dataclass(frozen=True)
+@record
 class StartSpec:
     """Parsed ``source.start``. Fields: kind (``current`` = the primary's end of log, ``file``, ``gtid``,
     ``datetime``); file, pos (kind file); gtid (MysqlGtidSet or MariadbGtidList); timestamp (unix seconds)."""
@@ -105,7 +106,7 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-@dataclass(frozen=True)
+@record
 class TlsConfig(_Section):
     """``[source.tls]``. Fields: mode (preferred, required, verify_ca, verify_identity, disabled; see
     :meth:`ssl_context`); ca_file (PEM CAs for the verify modes, None: the system's); cert_file, key_file
@@ -153,7 +154,7 @@ class TlsConfig(_Section):
         return ctx
 
 
-@dataclass(frozen=True)
+@record
 class SourceConfig(_Section):
     """``[source]``. Fields: host, port (one server), or hosts (several, ``"db1:3306"``, in order of
     preference: failover by GTID, see :attr:`endpoints`); user; password (Secret); password_file (read by
@@ -199,7 +200,7 @@ class SourceConfig(_Section):
         return parse_start(self.start)
 
 
-@dataclass(frozen=True)
+@record
 class CheckpointConfig(_Section):
     """``[checkpoint]``. Fields: path (the checkpoint JSON file); lock (hold an exclusive lock on
     ``<path>.lock`` so two daemons cannot share one checkpoint)."""
@@ -209,7 +210,7 @@ class CheckpointConfig(_Section):
     lock: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class UploadConfig(_Section):
     """``[sink.upload]``, the archive's uploads of closed files (README, "Object storage"). Fields: url (``s3://bucket/
     prefix``, any :mod:`binlogd.storage` URI; unset: no uploads); endpoint, region, path_style (how to reach the
@@ -233,7 +234,7 @@ class UploadConfig(_Section):
                                                  f"file://), got {self.url!r}")
 
 
-@dataclass(frozen=True)
+@record
 class SinkConfig(_Section):
     """``[sink]``. Fields: kind (jsonl, archive, stdout); path (output directory for jsonl/archive);
     max_file_bytes, max_file_seconds (rotate jsonl files; 0: no limit); fsync (before the checkpoint moves);
@@ -255,7 +256,7 @@ class SinkConfig(_Section):
                                                  f"not {self.kind!r}")
 
 
-@dataclass(frozen=True)
+@record
 class FilterConfig(_Section):
     """``[filters]``, fnmatch patterns, case-sensitive. Fields: include/exclude_schemas; include/exclude_tables
     (``schema.table``); event_types (names as ``protocol.constants.event_name`` gives, case-insensitive).
@@ -297,7 +298,7 @@ class FilterConfig(_Section):
         return not self.event_types or any(fnmatchcase(name, p) for p in self.event_types)
 
 
-@dataclass(frozen=True)
+@record
 class SchemaConfig(_Section):
     """``[schema]``. Fields: source — where column names come from when TABLE_MAP lacks them: ``auto``
     (TABLE_MAP metadata when present, else the schema history, seeded and repaired from the server),
@@ -309,7 +310,7 @@ class SchemaConfig(_Section):
     history_path: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class MetricsConfig(_Section):
     """``[metrics]``. Fields: listen (``host:port`` for /metrics, /healthz, /readyz; ``""`` disables;
     IPv6 as ``[::1]:9108``); table_labels (label row counters by schema/table; high cardinality)."""
@@ -333,7 +334,7 @@ class MetricsConfig(_Section):
         return host, int(port)
 
 
-@dataclass(frozen=True)
+@record
 class ReconnectConfig(_Section):
     """``[reconnect]``: exponential backoff. Fields: initial_seconds (first delay), max_seconds (cap,
     >= initial_seconds), jitter (0..1, the fraction of each delay randomised), max_attempts (0: forever)."""
@@ -351,7 +352,7 @@ class ReconnectConfig(_Section):
                               f"got {self.max_seconds!r}")
 
 
-@dataclass(frozen=True)
+@record
 class LogConfig(_Section):
     """``[log]``: stderr logging. Fields: format (``plain`` or ``json``), level (debug … critical)."""
 
@@ -360,7 +361,7 @@ class LogConfig(_Section):
     level: str = _f("info", choices=("debug", "info", "warning", "error", "critical"))
 
 
-@dataclass(frozen=True)
+@record
 class DaemonConfig(_Section):
     """``[daemon]``. Fields: unknown_events (``error`` stops on an event type the decoder does not know,
     ``skip`` passes it by); shutdown_seconds (time allowed to commit and checkpoint on SIGTERM);
@@ -372,7 +373,7 @@ class DaemonConfig(_Section):
     queue_events: int = _f(10000, lo=1, hi=10**9)
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """The whole configuration: one field per TOML section."""
 

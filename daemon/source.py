@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from dataclasses import dataclass
 
 from binlogd.protocol.commands import com_binlog_dump, com_binlog_dump_gtid, com_register_slave
 from binlogd.protocol.decoder import version_tuple
@@ -23,6 +22,7 @@ from binlogd.protocol.errors import BinlogError, ProtocolError, ServerError, Tru
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.packet import BufferedPacketReader, encode_packet, is_eof, is_err, parse_err
 from binlogd.protocol.position import Position
+from binlogd.protocol.records import record
 
 ER_ACCESS_DENIED = {1045, 1044, 1227, 1698, 1251}
 CR_AUTH_PLUGIN_CANNOT_LOAD = 2059  # the client does not know the account's authentication plugin
@@ -59,7 +59,7 @@ class SourceError(BinlogError):
         self.kind, self.fatal = kind, fatal
 
 
-@dataclass(frozen=True)
+@record
 class ServerInfo:
     """What the primary told us about itself on connect."""
 

@@ -25,9 +25,9 @@ import re
 import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 from .errors import ProtocolError, TruncatedError
+from .records import record
 
 __all__ = [
     "GNO_MAX",
@@ -108,7 +108,7 @@ def _check_gno(gno: int) -> None:
 # ---------------------------------------------------------------- MySQL
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Gtid:
     """One MySQL GTID.
 
@@ -441,7 +441,7 @@ def decode_varlen(mv: bytes | memoryview, pos: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- MariaDB
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class MariadbGtid:
     """One MariaDB GTID.
 

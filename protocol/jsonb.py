@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import base64
 import struct
-from dataclasses import dataclass
 from decimal import Decimal
 
 from .errors import EventDecodeError
+from .records import record
 from .values import decimal_size, decimal_text
 
 __all__ = [
@@ -99,7 +99,7 @@ _OPS = ("REPLACE", "INSERT", "REMOVE")
 _REMOVE = 2
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class JsonDiff:
     """One logical change to a JSON document, from a PARTIAL_UPDATE_ROWS event.
 

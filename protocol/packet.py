@@ -26,10 +26,10 @@ length-encoded integers and strings.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from . import speedups
 from .errors import ProtocolError, ServerError, TruncatedError
+from .records import record
 
 try:
     from ._skim import ok_payloads as _ok_payloads_c
@@ -68,7 +68,7 @@ _MIN_FREE = 1 << 16
 _SPARES = 16  # retired receive buffers kept for reuse (16 MiB at the default size)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Packet:
     """One logical packet (continuation chunks already joined).
 

@@ -24,12 +24,13 @@ Pure: the daemon, the file tools and Spark share it.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import events as E
 from .constants import HEARTBEATS
 from .constants import EventType as ET
 from .gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
+from .records import record
 from .rows import ROWS_TYPES, STMT_END_F
 
 _GROUP_OPENERS = frozenset({ET.INTVAR, ET.RAND, ET.USER_VAR, ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK,
@@ -44,7 +45,7 @@ _QUERIES = frozenset({ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
 _LENGTH_NEXT = struct.Struct("<II")  # event_length and next_position, at offset 9 of a v4 header
 
 
-@dataclass(frozen=True)
+@record
 class Position:
     """A resumable point in the primary's binlog.
 

@@ -8,11 +8,12 @@ may supply a :class:`TableSchema` instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .constants import ColumnType as T
 from .errors import EventDecodeError
 from .primitives import need, packed_bytes, packed_len, take, text
+from .records import record
 
 MAX_COLUMNS = 4096  # MySQL's limit on columns per table
 BINARY_COLLATION = 63
@@ -33,7 +34,7 @@ _META_SIZE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Column:
     """One column as a TABLE_MAP (plus optional metadata or schema source) describes it.
 
@@ -71,7 +72,7 @@ class Column:
         return self.name if self.name is not None else f"@{self.index + 1}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class TableSchema:
     """Column facts a schema source (information_schema) knows; each list is per column.
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +25,7 @@ import orjson
 from binlogd.protocol.charsets import charset_for_collation
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.records import record
 
 from .catalog import DROPPED, UNKNOWN, Catalog
 from .model import CheckedSchema, TableDef, charset_name, compile_schema
@@ -49,7 +49,7 @@ def position_key(file: str, pos: int) -> tuple:
     return (m[1], int(m[2]), pos) if m else (file, -1, pos)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Entry:
     """One line of the history.
 

@@ -8,10 +8,11 @@ turns it into the :class:`binlogd.protocol.tablemap.TableSchema` the decoder app
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 from binlogd.protocol.charsets import COLLATIONS, charset_for_collation
 from binlogd.protocol.constants import ColumnType as T
+from binlogd.protocol.records import record
 from binlogd.protocol.tablemap import Column, TableSchema
 
 # Bytes per character of each character set (the server's mbmaxlen); 1 when not listed.
@@ -50,7 +51,7 @@ def charset_name(name: str | None) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ColumnDef:
     """One column of a table definition.
 
@@ -89,7 +90,7 @@ class ColumnDef:
         return cls(**{**obj, "values": tuple(values) if values is not None else None})
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class TableDef:
     """A table's definition: ordered columns, primary key, default character set.
 
@@ -200,7 +201,7 @@ def agrees(table: TableDef, columns: tuple[Column, ...] | list[Column]) -> bool:
     return len(table.columns) == len(columns) and all(map(column_agrees, table.columns, columns))
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class CheckedSchema(TableSchema):
     """A :class:`TableSchema` built from a :class:`TableDef`; it names a TABLE_MAP's columns only when the
     definition agrees with it (:meth:`agrees`), so a stale definition gives positional names, never wrong ones.
