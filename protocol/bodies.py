@@ -237,12 +237,12 @@ def decode_heartbeat_v2(h, body, ctx):
 
 
 def decode_rows_query(h, body, ctx):
-    # One length byte (truncated at 255, ignored) then the whole statement.
-    return E.RowsQueryEvent(h, text(body[1:]))
+    # One length byte (truncated at 255, ignored) then the whole statement (decoded when it is read).
+    return E.RowsQueryEvent(h, body[1:])
 
 
 def decode_annotate_rows(h, body, ctx):
-    return E.RowsQueryEvent(h, text(body))
+    return E.RowsQueryEvent(h, body)
 
 
 def decode_ignorable(h, body, ctx):

@@ -18,6 +18,7 @@ from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
 from operator import attrgetter
 
 from .constants import LOG_EVENT_ARTIFICIAL_F, EventType, event_name
+from .primitives import text
 
 TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ def _frozen(self, name, value=None):
 
 
 def _getstate(self) -> list:  # pickle and copy: slots, and no __setattr__ (as dataclasses does)
-    return [getattr(self, f.name) for f in fields(self)]
+    # A view of an event's bytes (RowsQueryEvent.statement) goes as bytes: a memoryview does not pickle.
+    return [bytes(v) if type(v) is memoryview else v for v in (getattr(self, f.name) for f in fields(self))]
 
 
 def _setstate(self, state: list) -> None:
@@ -62,10 +64,12 @@ def _compile_records() -> None:
     """Make every class of :data:`_RECORDS` behave as ``@dataclass(frozen=True, slots=True)`` makes it:
     an ``__init__`` taking the fields (:func:`_first_init`), ``__repr__`` of the fields with repr=True,
     ``__eq__`` and ``__hash__`` over the fields with compare=True, and FrozenInstanceError on assigning
-    a field."""
+    a field. A class's ``_as_fields`` (properties computed on first read) come after its fields in
+    ``__repr__``, ``__eq__`` and ``__hash__``, as fields of theirs would."""
     for cls in _RECORDS:
-        compared = [f.name for f in fields(cls) if f.compare]
-        cls._shown = tuple(f.name for f in fields(cls) if f.repr)
+        derived = getattr(cls, "_as_fields", ())
+        compared = [f.name for f in fields(cls) if f.compare] + list(derived)
+        cls._shown = tuple(f.name for f in fields(cls) if f.repr) + derived
         cls._key = staticmethod(attrgetter(*compared))  # the compared fields (a tuple when more than one)
         cls.__init__, cls.__repr__, cls.__eq__, cls.__hash__ = _first_init(cls), _repr, _eq, _hash
         cls.__setattr__, cls.__delattr__ = _frozen, _frozen
@@ -315,9 +319,27 @@ class PreviousGtidsEvent(Event):
 
 @_record
 class RowsQueryEvent(Event):
-    """ROWS_QUERY (MySQL) or ANNOTATE_ROWS (MariaDB): the statement behind the next rows."""
+    """ROWS_QUERY (MySQL) or ANNOTATE_ROWS (MariaDB): the statement behind the next rows.
 
-    query: str
+    Fields:
+        statement: the statement's bytes as logged (a view of the event's bytes, as a rows event holds
+            its images; bytes once pickled).
+        query: (a property) their text, UTF-8 with bad bytes backslash-escaped, decoded on first read:
+            a consumer that never reads it (the JSON-lines sink, ``binlogd sql``'s comment lines, from
+            the bytes) costs no copy and no decode. It stands as the event's field in ``repr``, ``==``,
+            ``hash`` and the JSON of ``binlogd dump --json`` (:func:`protocol.serialize.event_to_dict`).
+    """
+
+    statement: bytes | memoryview = field(repr=False, compare=False)
+    _text: list = field(default_factory=list, repr=False, compare=False)
+    _as_fields = ("query",)
+
+    @property
+    def query(self) -> str:
+        cache = self._text
+        if not cache:
+            cache.append(text(self.statement))
+        return cache[0]
 
 
 @_record

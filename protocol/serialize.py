@@ -15,7 +15,7 @@ import orjson
 from . import events as E
 from .tablemap import Column
 
-_SKIP = {"header", "_decode", "_cache", "events"}
+_SKIP = {"header", "_decode", "_cache", "events", "statement", "_text"}
 
 
 def _default(obj):
@@ -87,7 +87,9 @@ def event_to_dict(event: E.Event, file: str | None = None, next_pos: int | None 
         elif f.name == "post_header_lengths":
             value = list(value)
         out[f.name] = value
-    if isinstance(event, E.GtidEvent):
+    if isinstance(event, E.RowsQueryEvent):
+        out["query"] = event.query  # its text, decoded from ``statement`` now
+    elif isinstance(event, E.GtidEvent):
         out["gtid"] = event.gtid
     elif isinstance(event, E.MariadbGtidEvent):
         out["gtid"], out["standalone"] = event.gtid, event.standalone

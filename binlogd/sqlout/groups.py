@@ -54,16 +54,7 @@ class Statement:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Annotation:
-    """An ANNOTATE_ROWS or ROWS_QUERY event with its statement's bytes as logged (None inside a
-    TRANSACTION_PAYLOAD, where the decoder's text is all there is)."""
-
-    event: E.RowsQueryEvent
-    raw: memoryview | None
-
-
-_CONTEXT = (E.IntvarEvent, E.RandEvent, E.UserVarEvent, E.TableMapEvent, Annotation, E.LoadBlockEvent)
+_CONTEXT = (E.IntvarEvent, E.RandEvent, E.UserVarEvent, E.TableMapEvent, E.RowsQueryEvent, E.LoadBlockEvent)
 
 
 @dataclass
@@ -109,14 +100,6 @@ def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> s
     if h.type_code == ET.QUERY_COMPRESSED:
         raw = mariadb_uncompress(memoryview(raw))
     return raw.decode("utf-8", "surrogateescape")
-
-
-def _raw_annotation(view: memoryview, event: E.RowsQueryEvent, decoder: Decoder) -> memoryview:
-    """The statement bytes of an ANNOTATE_ROWS or ROWS_QUERY event in the file (a view of them, as rows
-    events hold their images): those the decoder decodes (ROWS_QUERY's first byte is a length, which it skips)."""
-    h = event.header
-    start = h.pos + decoder.header_len + (1 if h.type_code == ET.ROWS_QUERY else 0)
-    return view[start:h.pos + h.event_length - (4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)]
 
 
 def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None = None) -> Iterator[Group]:
@@ -167,8 +150,6 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
             if isinstance(e, E.QueryEvent):
                 e = Statement(e, _raw_statement(view, e, decoder) if e is event and h.type_code in _RAW_QUERIES
                               else e.query)
-            elif isinstance(e, E.RowsQueryEvent):
-                e = Annotation(e, _raw_annotation(view, e, decoder) if e is event else None)
             _add(cur, e)
         if ended:
             cur.end = end

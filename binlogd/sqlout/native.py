@@ -17,6 +17,7 @@ from __future__ import annotations
 from binlogd.protocol import events as E
 from binlogd.protocol import rowcodec, speedups
 from binlogd.protocol.constants import ColumnType as T
+from binlogd.protocol.primitives import text as text_of
 from binlogd.protocol.rows import RowImages
 
 from .literals import literal_kind, quote
@@ -167,14 +168,16 @@ def row_lines(plan: TablePlan, event: E.RowsEvent, invert: bool) -> list[bytes] 
     return [C.rows(first.image, None, images.data, C.W_DELETE, first.delete, invert)[0]]
 
 
-def comment(query: str, raw: memoryview | bytes | None) -> bytes:
+def comment(query: str | None, raw: memoryview | bytes | None) -> bytes:
     """An ANNOTATE_ROWS or ROWS_QUERY statement as SQL comment lines, UTF-8: ``-- `` before each of its
-    lines, a carriage return as a space (``raw``: the statement's bytes as logged, or None; ``query``: the
-    decoder's text of them). The C writer writes raw when it is well-formed UTF-8, which the text is then
-    made of; else the text is written.
+    lines, a carriage return as a space (``raw``: the statement's bytes as logged, ``RowsQueryEvent.statement``,
+    or None; ``query``: the decoder's text of them, or None to have it decoded from raw only when needed). The
+    C writer writes raw when it is well-formed UTF-8, which the text is then made of; else the text is written.
     """
     if _speedups and raw is not None:
         text = C.comment(raw)
         if text is not None:
             return text
+    if query is None:
+        query = text_of(raw)  # as RowsQueryEvent.query decodes it
     return b"-- " + query.encode(*_ENCODING).replace(b"\r", b" ").replace(b"\n", b"\n-- ")

@@ -26,7 +26,7 @@ from binlogd.protocol.rows import RowImages
 
 from . import native
 from .errors import SqlOutError
-from .groups import Annotation, Group, Statement, statement_kind
+from .groups import Group, Statement, statement_kind
 from .literals import ident, quote
 from .rowsql import TablePlan
 
@@ -178,8 +178,8 @@ class Renderer:
                 if ev.header.type_code == ET.BEGIN_LOAD_QUERY:
                     blocks.clear()
                 blocks.append(ev.data)
-            elif isinstance(ev, Annotation):
-                pending.append(native.comment(ev.event.query, ev.raw))
+            elif isinstance(ev, E.RowsQueryEvent):
+                pending.append(native.comment(None, ev.statement))
             else:
                 pending.append(_context_event(ev, g))
             if len(body) >= _BATCH_LINES:

@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 from binlogd.daemon.checkpoint import CheckpointStore
 from binlogd.daemon.consumer import Consumer
+from binlogd.protocol import decoder as D
 from binlogd.protocol import events as E
 from binlogd.protocol.checkpoint import Checkpoint
+from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import Position
@@ -187,6 +189,29 @@ async def test_file_pos_dump_from_offset(tmp_path):
     assert by_gtid(sink_rows(tmp_path)) == {f"{U57}:12": ["insert"], f"{U57}:13": ["update", "insert"]}
     assert MysqlGtidSet.parse(cp.position.gtid_set) == MysqlGtidSet.parse(f"{U57}:12-13")
     assert cp.source.get("resume") == "file"
+
+
+async def test_jsonl_sink_never_decodes_rows_query_text(tmp_path, monkeypatch):
+    """The ROWS_QUERY events inside :12's and :13's TRANSACTION_PAYLOADs are decoded, but the JSON-lines
+    path never reads their statement's text (``RowsQueryEvent.query`` decodes on first read)."""
+    decoded = []
+
+    def recording(h, body, ctx, fn=D._DISPATCH[ET.ROWS_QUERY]):
+        decoded.append(fn(h, body, ctx))
+        return decoded[-1]
+
+    monkeypatch.setitem(D._DISPATCH, ET.ROWS_QUERY, recording)
+
+    async def main():
+        async with FakePrimary(binlog(F57), password=PASSWORD) as primary, \
+                Running(config(tmp_path, primary.port, "file:mysql-bin.000057:378"), primary) as d:
+            await d.wait(at_pos(tmp_path, "mysql-bin.000057", 1283), 20, "end of file")
+            assert await d.stop() == 0
+
+    await within(main())
+    assert by_gtid(sink_rows(tmp_path)) == {f"{U57}:12": ["insert"], f"{U57}:13": ["update", "insert"]}
+    assert len(decoded) == 3 and all(isinstance(ev, E.RowsQueryEvent) for ev in decoded)
+    assert [ev._text for ev in decoded] == [[], [], []]  # no statement text was made
 
 
 @pytest.mark.parametrize("version, statement", [("8.0.31-fake", "SHOW MASTER STATUS"),
