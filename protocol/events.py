@@ -3,116 +3,29 @@
 Every event has ``header`` (:class:`EventHeader`); the other fields are the
 event's own. Row events decode their rows lazily on first access of ``rows``.
 
-The classes are dataclasses (``dataclasses.fields``, ``asdict`` and ``replace`` work on them),
-frozen and slotted, that behave as ``@dataclass(frozen=True, slots=True)`` makes them; but a class's
-``__init__`` is compiled when its first instance is made (most classes of a run never have one) and
-their ``__repr__``, ``__eq__`` and ``__hash__`` are shared (:func:`_compile_records`): dataclasses
-compiles six functions per class, one at a time, which made this module most of the command line's
-start-up time (27 ms of it).
+The classes are frozen, slotted dataclasses (``dataclasses.fields``, ``asdict`` and ``replace`` work on
+them) made by :func:`protocol.records.record`: a class's ``__init__`` is compiled when its first instance
+is made (most classes of a run never have one) and ``__repr__``, ``__eq__`` and ``__hash__`` are shared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
-from operator import attrgetter
+from dataclasses import field
 
 from .constants import LOG_EVENT_ARTIFICIAL_F, EventType, event_name
 from .primitives import text
+from .records import record
 
 TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
-
-_RECORDS: list[type] = []
-
-
-def _record(cls: type) -> type:
-    """A frozen, slotted dataclass; its methods come from :func:`_compile_records`."""
-    cls = dataclass(slots=True, init=False, repr=False, eq=False)(cls)
-    _RECORDS.append(cls)
-    return cls
-
-
-def _frozen(self, name, value=None):
-    raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-
-def _getstate(self) -> list:  # pickle and copy: slots, and no __setattr__ (as dataclasses does)
-    # A view of an event's bytes (RowsQueryEvent.statement) goes as bytes: a memoryview does not pickle.
-    return [bytes(v) if type(v) is memoryview else v for v in (getattr(self, f.name) for f in fields(self))]
-
-
-def _setstate(self, state: list) -> None:
-    for f, value in zip(fields(self), state):
-        object.__setattr__(self, f.name, value)
-
-
-def _repr(self) -> str:
-    return f"{type(self).__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self._shown)})"
-
-
-def _eq(self, other) -> bool:
-    return self._key(self) == other._key(other) if other.__class__ is self.__class__ else NotImplemented
-
-
-def _hash(self) -> int:
-    return hash(self._key(self))
-
-
-def _compile_records() -> None:
-    """Make every class of :data:`_RECORDS` behave as ``@dataclass(frozen=True, slots=True)`` makes it:
-    an ``__init__`` taking the fields (:func:`_first_init`), ``__repr__`` of the fields with repr=True,
-    ``__eq__`` and ``__hash__`` over the fields with compare=True, and FrozenInstanceError on assigning
-    a field. A class's ``_as_fields`` (properties computed on first read) come after its fields in
-    ``__repr__``, ``__eq__`` and ``__hash__``, as fields of theirs would."""
-    for cls in _RECORDS:
-        derived = getattr(cls, "_as_fields", ())
-        compared = [f.name for f in fields(cls) if f.compare] + list(derived)
-        cls._shown = tuple(f.name for f in fields(cls) if f.repr) + derived
-        cls._key = staticmethod(attrgetter(*compared))  # the compared fields (a tuple when more than one)
-        cls.__init__, cls.__repr__, cls.__eq__, cls.__hash__ = _first_init(cls), _repr, _eq, _hash
-        cls.__setattr__, cls.__delattr__ = _frozen, _frozen
-        cls.__getstate__, cls.__setstate__ = _getstate, _setstate
-
-
-def _first_init(cls: type) -> Callable:
-    """``cls.__init__`` until its first instance: it compiles the real one (:func:`_compiled_init`),
-    puts it on the class and runs it."""
-    def __init__(self, *args, **kwargs):
-        init = cls.__init__ = _compiled_init(cls)
-        init(self, *args, **kwargs)
-
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    return __init__
-
-
-def _compiled_init(cls: type) -> Callable:
-    """An ``__init__`` taking ``cls``'s fields in order (defaults and default factories as declared) and
-    setting each: the one dataclasses would write."""
-    params, body, names = ["self"], [], {"_set": object.__setattr__, "_MISSING": MISSING}
-    for f in fields(cls):
-        if f.default is not MISSING:
-            names[f"_d_{f.name}"] = f.default
-            params.append(f"{f.name}=_d_{f.name}")
-        elif f.default_factory is not MISSING:
-            names[f"_f_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=_MISSING")
-            body.append(f"if {f.name} is _MISSING: {f.name} = _f_{f.name}()")
-        else:
-            params.append(f.name)
-        body.append(f"_set(self, {f.name!r}, {f.name})")
-    source = "\n".join([f"def __init__({', '.join(params)}):", *(f"    {line}" for line in body or ["pass"])])
-    exec(compile(source, f"{__name__}.<{cls.__qualname__}>", "exec"), names)
-    init = names["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    return init
 
 
 _FORMAT_DESCRIPTION = int(EventType.FORMAT_DESCRIPTION)
 
 
-@_record
+@record(slots=True)
 class EventHeader:
     """The common event header.
 
@@ -152,21 +65,21 @@ class EventHeader:
             or (self.type_code == _FORMAT_DESCRIPTION and self.next_position == 0)
 
 
-@_record
+@record(slots=True)
 class Event:
     """Base of every event. Subclasses add their own fields."""
 
     header: EventHeader
 
 
-@_record
+@record(slots=True)
 class UnknownEvent(Event):
     """An event whose type code the decoder does not know; ``body`` is its raw payload."""
 
     body: bytes
 
 
-@_record
+@record(slots=True)
 class FormatDescriptionEvent(Event):
     """FORMAT_DESCRIPTION (v4) or START_EVENT_V3: the format of every later event.
 
@@ -187,7 +100,7 @@ class FormatDescriptionEvent(Event):
     checksum_alg: int | None
 
 
-@_record
+@record(slots=True)
 class QueryEvent(Event):
     """QUERY (and MariaDB QUERY_COMPRESSED, EXECUTE_LOAD_QUERY).
 
@@ -207,7 +120,7 @@ class QueryEvent(Event):
     status: dict[str, Any]
 
 
-@_record
+@record(slots=True)
 class ExecuteLoadQueryEvent(QueryEvent):
     """EXECUTE_LOAD_QUERY: a LOAD DATA statement whose file came in earlier blocks."""
 
@@ -217,7 +130,7 @@ class ExecuteLoadQueryEvent(QueryEvent):
     dup_handling: int
 
 
-@_record
+@record(slots=True)
 class RotateEvent(Event):
     """ROTATE: the next binlog file and the position to continue at."""
 
@@ -225,19 +138,19 @@ class RotateEvent(Event):
     next_file: str
 
 
-@_record
+@record(slots=True)
 class StopEvent(Event):
     """STOP: the server stopped and closed this file."""
 
 
-@_record
+@record(slots=True)
 class XidEvent(Event):
     """XID: commit of a transactional (InnoDB) transaction."""
 
     xid: int
 
 
-@_record
+@record(slots=True)
 class IntvarEvent(Event):
     """INTVAR: LAST_INSERT_ID (kind 1) or INSERT_ID (kind 2) for the next statement."""
 
@@ -245,7 +158,7 @@ class IntvarEvent(Event):
     value: int
 
 
-@_record
+@record(slots=True)
 class RandEvent(Event):
     """RAND: the two seeds of RAND() for the next statement."""
 
@@ -253,7 +166,7 @@ class RandEvent(Event):
     seed2: int
 
 
-@_record
+@record(slots=True)
 class UserVarEvent(Event):
     """USER_VAR: a user variable the next statement uses; ``value`` None means NULL."""
 
@@ -264,7 +177,7 @@ class UserVarEvent(Event):
     is_unsigned: bool
 
 
-@_record
+@record(slots=True)
 class IncidentEvent(Event):
     """INCIDENT: something happened on the primary that replicas cannot replay."""
 
@@ -272,7 +185,7 @@ class IncidentEvent(Event):
     message: str
 
 
-@_record
+@record(slots=True)
 class HeartbeatEvent(Event):
     """HEARTBEAT / HEARTBEAT_V2: the primary is alive; ``position`` is 64-bit in v2."""
 
@@ -280,7 +193,7 @@ class HeartbeatEvent(Event):
     position: int
 
 
-@_record
+@record(slots=True)
 class GtidEvent(Event):
     """MySQL GTID, ANONYMOUS_GTID or GTID_TAGGED: starts a transaction.
 
@@ -310,14 +223,14 @@ class GtidEvent(Event):
         return f"{self.sid}:{self.tag}:{self.gno}" if self.tag else f"{self.sid}:{self.gno}"
 
 
-@_record
+@record(slots=True)
 class PreviousGtidsEvent(Event):
     """PREVIOUS_GTIDS: the GTID set of every earlier file (``gtid_set`` in MySQL text form)."""
 
     gtid_set: str
 
 
-@_record
+@record(slots=True)
 class RowsQueryEvent(Event):
     """ROWS_QUERY (MySQL) or ANNOTATE_ROWS (MariaDB): the statement behind the next rows.
 
@@ -342,7 +255,7 @@ class RowsQueryEvent(Event):
         return cache[0]
 
 
-@_record
+@record(slots=True)
 class TransactionContextEvent(Event):
     """TRANSACTION_CONTEXT (group replication certification info)."""
 
@@ -352,7 +265,7 @@ class TransactionContextEvent(Event):
     body: bytes
 
 
-@_record
+@record(slots=True)
 class ViewChangeEvent(Event):
     """VIEW_CHANGE (group replication membership change)."""
 
@@ -361,7 +274,7 @@ class ViewChangeEvent(Event):
     body: bytes
 
 
-@_record
+@record(slots=True)
 class XaPrepareEvent(Event):
     """XA_PREPARE: ``XA PREPARE`` (or one-phase ``XA COMMIT``) of an XA transaction."""
 
@@ -371,7 +284,7 @@ class XaPrepareEvent(Event):
     bqual: bytes
 
 
-@_record
+@record(slots=True)
 class TransactionPayloadEvent(Event):
     """TRANSACTION_PAYLOAD: a whole (compressed) transaction.
 
@@ -387,7 +300,7 @@ class TransactionPayloadEvent(Event):
     events: tuple[Event, ...]
 
 
-@_record
+@record(slots=True)
 class LoadBlockEvent(Event):
     """BEGIN_LOAD_QUERY, APPEND_BLOCK, CREATE_FILE: a block of a LOAD DATA file."""
 
@@ -395,14 +308,14 @@ class LoadBlockEvent(Event):
     data: bytes
 
 
-@_record
+@record(slots=True)
 class LoadFileEvent(Event):
     """EXEC_LOAD, DELETE_FILE: run or drop the LOAD DATA file ``file_id``."""
 
     file_id: int
 
 
-@_record
+@record(slots=True)
 class LegacyLoadEvent(Event):
     """LOAD / NEW_LOAD (pre-5.0 LOAD DATA INFILE) and CREATE_FILE's statement part."""
 
@@ -417,7 +330,7 @@ class LegacyLoadEvent(Event):
     data: bytes | None = None  # CREATE_FILE: the first block of the file
 
 
-@_record
+@record(slots=True)
 class IgnorableEvent(Event):
     """IGNORABLE_EVENT (28). (Unknown types flagged LOG_EVENT_IGNORABLE_F stay UnknownEvent;
     consumers check the flag.)"""
@@ -425,7 +338,7 @@ class IgnorableEvent(Event):
     body: bytes
 
 
-@_record
+@record(slots=True)
 class MariadbGtidEvent(Event):
     """MariaDB GTID: starts an event group; ``standalone`` means no BEGIN/COMMIT (DDL).
 
@@ -451,7 +364,7 @@ class MariadbGtidEvent(Event):
         return bool(self.flags & 1)
 
 
-@_record
+@record(slots=True)
 class MariadbGtidListEvent(Event):
     """MariaDB GTID_LIST: the last GTID of each domain before this file."""
 
@@ -459,14 +372,14 @@ class MariadbGtidListEvent(Event):
     flags: int
 
 
-@_record
+@record(slots=True)
 class BinlogCheckpointEvent(Event):
     """MariaDB BINLOG_CHECKPOINT: the oldest file crash recovery still needs."""
 
     checkpoint_file: str
 
 
-@_record
+@record(slots=True)
 class StartEncryptionEvent(Event):
     """MariaDB START_ENCRYPTION: every later event in the file is encrypted."""
 
@@ -475,7 +388,7 @@ class StartEncryptionEvent(Event):
     nonce: bytes
 
 
-@_record
+@record(slots=True)
 class UndecodedRowsEvent(Event):
     """A rows event from a decoder built with ``rows=False``: its header and ``flags`` only.
 
@@ -486,7 +399,7 @@ class UndecodedRowsEvent(Event):
     flags: int
 
 
-@_record
+@record(slots=True)
 class TableMapEvent(Event):
     """TABLE_MAP: the table the next row events change, with its column types.
 
@@ -503,7 +416,7 @@ class TableMapEvent(Event):
     columns: tuple  # tuple[protocol.tablemap.Column, ...]
 
 
-@_record
+@record(slots=True)
 class RowsEvent(Event):
     """WRITE/UPDATE/DELETE/PARTIAL_UPDATE rows (v0, v1, v2, MariaDB compressed).
 
@@ -533,4 +446,3 @@ class RowsEvent(Event):
         return cache[0]
 
 
-_compile_records()

@@ -1,15 +1,16 @@
 """Frozen dataclasses that cost nothing at import: :func:`record`.
 
 ``@record`` makes a class what ``@dataclass(frozen=True)`` makes it (``@record(slots=True)``: with
-``slots=True``; ``@record(eq=False)``: with ``eq=False``). ``dataclasses.fields``, ``asdict``, ``replace``
-and ``is_dataclass`` work on it; its ``__init__`` takes the fields in order, with their defaults and
-default factories, and calls ``__post_init__``; assigning or deleting a field raises
-``FrozenInstanceError``; it compares and hashes by the tuple of its compared fields and prints as
-``Name(field=value, …)``; methods the class defines itself are kept. What differs: dataclasses compiles
-up to six functions per class when the class is made (about half a millisecond each class, which was most
-of the command line's start-up), where a record compiles its ``__init__`` when its first instance is made
-and shares one ``__repr__``, ``__eq__`` and ``__hash__`` among all records. ``__dataclass_params__`` reads
-``frozen=False``: the record, not dataclasses, makes it frozen.
+``slots=True``; ``@record(eq=False)``: with ``eq=False``). ``dataclasses.fields``, ``asdict``, ``replace`` and
+``is_dataclass`` work on it; its ``__init__`` takes the fields in order, with their defaults and default
+factories, and calls ``__post_init__``; assigning or deleting a field raises ``FrozenInstanceError``; it
+compares and hashes by the tuple of its compared fields and prints as ``Name(field=value, …)``; methods the
+class defines itself are kept. A class's ``_as_fields`` (names of properties computed on first read) are
+shown, compared and hashed after its fields, as fields would be. What differs: dataclasses compiles up to six
+functions per class when the class is made (about half a millisecond each class, which was most of the command
+line's start-up), where a record compiles its ``__init__`` when its first instance is made and shares one
+``__repr__``, ``__eq__`` and ``__hash__`` among all records. ``__dataclass_params__`` reads ``frozen=False``:
+the record, not dataclasses, makes it frozen.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def record(cls: type | None = None, /, *, slots: bool = False, eq: bool = True):
         keep_repr, keep_eq = "__repr__" in own, "__eq__" in own
         keep_hash = "__hash__" in own and not (own["__hash__"] is None and keep_eq)  # dataclasses' rule
         cls = dataclass(slots=slots, init=False, repr=False, eq=False)(cls)
-        every = fields(cls)
-        cls._shown = tuple(f.name for f in every if f.repr)
-        compared = [f.name for f in every if f.compare]
+        every, derived = fields(cls), tuple(getattr(cls, "_as_fields", ()))
+        cls._shown = tuple(f.name for f in every if f.repr) + derived
+        compared = [f.name for f in every if f.compare] + list(derived)
         cls._key = staticmethod(attrgetter(*compared) if len(compared) > 1 else _one(compared[0]) if compared
                                 else _none)
         cls.__init__ = _first_init(cls)
@@ -62,7 +63,8 @@ def _frozen(self, name, value=None):
 
 
 def _getstate(self) -> list:
-    return [getattr(self, f.name) for f in fields(self)]
+    # A view of an event's bytes (RowsQueryEvent.statement) goes as bytes: a memoryview does not pickle.
+    return [bytes(v) if type(v) is memoryview else v for v in (getattr(self, f.name) for f in fields(self))]
 
 
 def _setstate(self, state: list) -> None:
