@@ -13,6 +13,9 @@ best of ``--repeat``:
     checksum verification, no fsync, no checkpoint), and the same followed by an fsync of the
     files it wrote, for the durable comparison.
 
+The four runs take turns, ``--repeat`` rounds of them (a shared machine's changes of load then
+fall on every side alike). Besides the wall time of the best run it prints the least CPU time
+(user + system) of each side: the daemon's process, every thread; mariadb-binlog's process.
 It checks that every archive is byte-identical to the server's closed files and prints MB/s for
 each and two ratios: without fsync on either side (the issue's target: at least 0.5) and durable
 on both sides. Durable writes cannot beat the disk's own fsync bandwidth, which it also prints.
@@ -25,6 +28,7 @@ import asyncio
 import itertools
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -51,33 +55,42 @@ async def _run_daemon(srv: LocalServer, out: Path, target: tuple[str, int], fsyn
         "source.server_id": str(next(_server_ids)), "checkpoint.path": str(out / "checkpoint.json"),
         "sink.kind": "archive", "sink.path": str(out), "sink.fsync": str(fsync).lower(), "metrics.listen": ""})
     daemon = Daemon(config)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     task = asyncio.create_task(daemon.run())
     while True:
         durable = daemon.committer.durable
         if durable is not None and (durable.position.file, durable.position.pos) >= target:
-            elapsed = time.perf_counter() - t0
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
             break
         if task.done():
             raise RuntimeError(f"the daemon exited with {task.result()} before catching up")
         await asyncio.sleep(0.002)
     daemon.stop()
     await task
-    return elapsed
+    return elapsed, cpu
 
 
-def run_binlogd(srv: LocalServer, target: tuple[str, int], fsync: bool = True) -> tuple[float, Path]:
+def run_binlogd(srv: LocalServer, target: tuple[str, int], fsync: bool = True) -> tuple[float, float, Path]:
+    """(wall seconds, CPU seconds of this process: user + system, every thread, the archive's
+    directory)."""
     out = Path(tempfile.mkdtemp(prefix="binlogd-raw-"))
-    return asyncio.run(_run_daemon(srv, out, target, fsync)), out
+    return *asyncio.run(_run_daemon(srv, out, target, fsync)), out
 
 
-def run_mariadb_binlog(srv: LocalServer, fsync: bool = False) -> tuple[float, Path]:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_mariadb_binlog(srv: LocalServer, fsync: bool = False) -> tuple[float, float, Path]:
+    """(wall seconds, CPU seconds of mariadb-binlog: user + system, the directory it wrote)."""
     out = Path(tempfile.mkdtemp(prefix="mariadb-binlog-raw-"))
     cmd = [shutil.which("mariadb-binlog") or "mysqlbinlog", "--read-from-remote-server", "--raw",
            "--host=127.0.0.1", f"--port={srv.port}", f"--user={srv.user}", "--to-last-log",
            f"--result-file={out}/", srv.binlog_files()[0].name]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _children_cpu()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    cpu = _children_cpu() - c0
     if fsync:
         for path in out.iterdir():
             fd = os.open(path, os.O_RDONLY)
@@ -85,7 +98,7 @@ def run_mariadb_binlog(srv: LocalServer, fsync: bool = False) -> tuple[float, Pa
                 os.fsync(fd)
             finally:
                 os.close(fd)
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, cpu, out
 
 
 def disk_sync_mb_per_s(directory: Path, size: int) -> float:
@@ -126,22 +139,22 @@ def main(argv: list[str] | None = None) -> int:
                 "binlogd, no fsync": lambda: run_binlogd(srv, target, fsync=False),
                 "mariadb-binlog": lambda: run_mariadb_binlog(srv),
                 "mariadb-binlog + fsync": lambda: run_mariadb_binlog(srv, fsync=True)}
-        results = {}
-        for name, fn in runs.items():
-            best = float("inf")
-            for _ in range(args.repeat):
-                seconds, out = fn()
+        # Round-robin (each of the four once per round): on a shared machine a change of load then
+        # weighs on every side alike, not on whichever side was being measured at that time.
+        results, cpus = dict.fromkeys(runs, float("inf")), dict.fromkeys(runs, float("inf"))
+        for round_ in range(args.repeat):
+            for name, fn in runs.items():
+                seconds, cpu, out = fn()
                 _check_identical(srv, out, closed, name)
                 shutil.rmtree(out, ignore_errors=True)
-                best = min(best, seconds)
-            results[name] = best
-            log(f"{name}: {best:.3f}s")
+                results[name], cpus[name] = min(results[name], seconds), min(cpus[name], cpu)
+                log(f"round {round_ + 1}, {name}: {seconds:.3f}s, {cpu:.3f}s CPU")
         disk = disk_sync_mb_per_s(Path(tempfile.gettempdir()), size)
     mbps = {k: size / v / 1e6 for k, v in results.items()}
     ratio = mbps["binlogd, no fsync"] / mbps["mariadb-binlog"]
     durable = mbps["binlogd"] / mbps["mariadb-binlog + fsync"]
     report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "bytes": size,
-              "seconds": results, "mb_per_s": mbps, "disk_fsync_mb_per_s": disk,
+              "seconds": results, "cpu_seconds": cpus, "mb_per_s": mbps, "disk_fsync_mb_per_s": disk,
               "ratio_binlogd_to_mariadb_binlog": ratio, "ratio_durable": durable}
     if args.json:
         print(json.dumps(report))
@@ -149,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raw benchmark, {report['date']}, {report['machine']['cpu']} ({report['machine']['cores']} cores)")
         print(f"  {size / 1e6:.1f} MB of binlog in {len(closed)} closed file(s), best of {args.repeat}")
         for name in results:
-            print(f"  {name:<24} {mbps[name]:8.1f} MB/s  {results[name]:.3f}s")
+            print(f"  {name:<24} {mbps[name]:8.1f} MB/s  {results[name]:.3f}s  CPU {cpus[name]:.3f}s")
         print(f"  (the disk writes and fsyncs {disk:.0f} MB/s)")
         print(f"  binlogd / mariadb-binlog, no fsync on either side: {ratio:.2f}x (target >= 0.5)")
         print(f"  binlogd / mariadb-binlog, both durable (fsync):     {durable:.2f}x")

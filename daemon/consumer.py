@@ -101,10 +101,11 @@ class Consumer:
             index, end = 0, len(batch)
             while index < end:
                 if skim and tracker.inside:
-                    stop = self._skim(batch, index)
-                    if stop > index:  # a run of rows events: no transaction ends inside it
-                        index = stop
-                        continue
+                    # A run of rows events (no transaction ends inside it); the event it stops
+                    # before is not one to skim (or is bad): it is decoded next.
+                    index = self._skim(batch, index)
+                    if index == end:
+                        break
                 await self._handle(batch[index])
                 index += 1
                 if not tracker.in_transaction and self._dirty and self.commit_due(index == end and session.idle):

@@ -298,7 +298,7 @@ class Daemon:
             cfg = dataclasses.replace(cfg, source=failover.config(chosen.endpoint))
         self._source = cfg.source
         endpoint = f"{cfg.source.host}:{cfg.source.port}"
-        async with Session(cfg, self.metrics) as session:
+        async with Session(cfg, self.metrics, rows=self.sink.wants_rows) as session:
             info = await session.open()
             if self._started:
                 # Back to the last durable commit: discard what the last session wrote after it.

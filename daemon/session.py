@@ -16,7 +16,7 @@ from binlogd.protocol.position import Position, is_before
 
 from .checkpoint import ResumeState
 from .metrics import Metrics
-from .source import ServerInfo, SourceConnection, SourceError
+from .source import RAW_RECEIVE_BUFFER, RECEIVE_BUFFER, ServerInfo, SourceConnection, SourceError
 
 BATCH = 1024  # events per reader -> consumer hand-off at most
 
@@ -27,15 +27,17 @@ class Session:
     Args:
         config: the daemon's :class:`~binlogd.daemon.config.Config`.
         metrics: where the queue depth is reported.
+        rows: the consumer decodes rows (else the connection receives into larger buffers:
+            :data:`~binlogd.daemon.source.RAW_RECEIVE_BUFFER`).
     Fields:
         info: what the primary told about itself (after :meth:`open`).
         queued: events in the queue now.
     """
 
-    def __init__(self, config, metrics: Metrics):
+    def __init__(self, config, metrics: Metrics, rows: bool = True):
         self.cfg = config
         self.metrics = metrics
-        self.conn = SourceConnection(config.source)
+        self.conn = SourceConnection(config.source, RECEIVE_BUFFER if rows else RAW_RECEIVE_BUFFER)
         self.info: ServerInfo | None = None
         self.queued = 0
         self._queue: asyncio.Queue | None = None

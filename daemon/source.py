@@ -28,6 +28,13 @@ ER_ACCESS_DENIED = {1045, 1044, 1227, 1698, 1251}
 CR_AUTH_PLUGIN_CANNOT_LOAD = 2059  # the client does not know the account's authentication plugin
 ER_MASTER_FATAL_READING_BINLOG = 1236
 _PAUSE_ABOVE = 8 << 20  # unparsed bytes at which the receiver stops reading the socket for a while
+# Bytes per receive buffer: one socket read takes at most the free space of one, and a read returns
+# what the kernel holds, up to a few MiB while the primary sends faster than we take.
+RECEIVE_BUFFER = 1 << 20
+# ... for a consumer that decodes no rows (the archive): it keeps up with the socket, and 4 MiB need a
+# quarter of the reads, event-loop passes and hand-offs of 1 MiB (bench/README "raw"). A consumer
+# that decodes rows is the slower side: larger buffers would only hold more memory.
+RAW_RECEIVE_BUFFER = 4 << 20
 
 
 _IMPOSSIBLE = ("impossible position", "replication from position", "bogus data", "truncated in the middle of event")
@@ -121,13 +128,14 @@ class SourceConnection:
 
     Args:
         source: the :class:`daemon.config.SourceConfig`.
+        receive_buffer: bytes per receive buffer (RECEIVE_BUFFER, or RAW_RECEIVE_BUFFER).
     """
 
-    def __init__(self, source):
+    def __init__(self, source, receive_buffer: int = RECEIVE_BUFFER):
         self.cfg = source
         self.conn = None
         self.info: ServerInfo | None = None
-        self._packets = BufferedPacketReader()
+        self._packets = BufferedPacketReader(buffer_size=receive_buffer)
         self._receiver: _Receiver | None = None  # the transport's protocol from COM_REGISTER_SLAVE on
         self._pending: bytes | memoryview | None = None  # an ERR/EOF packet seen while batching
         self.bytes_received = 0

@@ -65,7 +65,7 @@ _U64 = struct.Struct("<Q")
 _COMPACT_AT = 1 << 16
 # BufferedPacketReader: the least free space get_buffer() offers (one socket read's worth).
 _MIN_FREE = 1 << 16
-_SPARES = 16  # retired receive buffers kept for reuse (16 MiB at the default size)
+_SPARE_BYTES = 16 << 20  # retired receive buffers kept for reuse: this many bytes of them (at least 2)
 
 
 @record(slots=True)
@@ -98,7 +98,7 @@ class BufferedPacketReader:
     :meth:`feed`, and :meth:`next_payload` returns the payload alone as a read-only memoryview
     of the buffer. Bytes once returned are never written again: a view stays valid for as long
     as it is kept. When a buffer's free space runs out, the unparsed tail moves to a new buffer
-    (retired buffers are kept, up to _SPARES of them, and reused once no view of them is alive:
+    (retired buffers are kept, up to 16 MiB of them, and reused once no view of them is alive:
     a fresh buffer costs its page faults again). A payload split into
     continuation chunks (16 MiB and more) is joined into ``bytes``.
 
@@ -273,7 +273,7 @@ class BufferedPacketReader:
         self._ro.release()
         if len(old) == self._size:
             self._spares.append(old)
-            if len(self._spares) > _SPARES:
+            if len(self._spares) > max(2, _SPARE_BYTES // self._size):
                 del self._spares[0]
         self._buf, self._view, self._ro = buf, view, view.toreadonly()
         self._consumed += self._pos
@@ -307,12 +307,17 @@ class PacketReader(BufferedPacketReader):
 
 
 def _unshared(buf: bytearray) -> bool:
-    """True when no memoryview of ``buf`` is alive (a bytearray with exports cannot change size)."""
+    """True when no memoryview of ``buf`` is alive (a bytearray with exports cannot change size).
+
+    Shrinks it by one byte and grows it back, which never reallocates; growing first would, once
+    per buffer (``bytearray(n)`` has no room to spare), and realloc may copy all of it to fresh pages.
+    Its last byte is 0 afterwards.
+    """
     try:
-        buf.append(0)
+        del buf[-1]
     except BufferError:
         return False
-    del buf[-1]
+    buf.append(0)
     return True
 
 

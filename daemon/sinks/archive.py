@@ -126,7 +126,11 @@ class ArchiveSink(Sink):
         """writev(2) the queued events to the file (the views into receive buffers, not copies)."""
         pending, fd = self._pending, self._fh.fileno()
         while pending:
-            written = os.writev(fd, pending[:_IOV_MAX])
+            batch = pending[:_IOV_MAX]
+            written = os.writev(fd, batch)
+            if written == sum(map(len, batch)):  # the usual case: all of it, no per-event loop
+                del pending[:len(batch)]
+                continue
             done = 0
             while done < len(pending) and written >= len(pending[done]):
                 written -= len(pending[done])

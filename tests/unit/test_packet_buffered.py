@@ -225,3 +225,35 @@ def test_ok_payload_runs_stop_before_split_and_oversized_packets(loop, monkeypat
     assert [bytes(p) for p in small.next_ok_payloads(10)] == [b"abc"]
     with pytest.raises(ProtocolError, match="exceeds"):
         small.next_payload()
+
+
+def test_spare_check_never_reallocates():
+    """_unshared() tells whether a view of a buffer is alive without growing it: growing first would
+    reallocate once per buffer (``bytearray(n)`` has no spare room), which may copy it to fresh pages."""
+    import sys
+
+    from binlogd.protocol.packet import _unshared
+
+    buf = bytearray(1 << 20)
+    buf[-1] = 7
+    allocated = sys.getsizeof(buf)  # includes the allocation, not only the length
+    view = memoryview(buf)[10:20]
+    assert not _unshared(buf)
+    assert len(buf) == 1 << 20 and buf[-1] == 7 and sys.getsizeof(buf) == allocated
+    view.release()
+    assert _unshared(buf)
+    assert len(buf) == 1 << 20 and sys.getsizeof(buf) == allocated
+
+
+def test_spares_kept_are_bounded_in_bytes(monkeypatch):
+    from binlogd.protocol import packet
+
+    size = 1 << 17
+    monkeypatch.setattr(packet, "_SPARE_BYTES", 3 * size)  # three buffers of this size
+    r = BufferedPacketReader(buffer_size=size)
+    held = []  # a view of every buffer: none can be reused, each move retires one
+    for i in range(8):
+        held += receive(r, header(70_000, i) + bytes([i]) * 70_000, [size])
+        assert len(r._spares) <= 3
+    assert len(r._spares) == 3
+    assert [bytes(p) for p in held] == [bytes([i]) * 70_000 for i in range(8)]

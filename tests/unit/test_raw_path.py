@@ -134,3 +134,52 @@ def test_archive_event_run_writes_what_events_write(corpus, tmp_path):
     sink.commit()
     sink.close()
     assert (tmp_path / "mysql-bin.000001").read_bytes() == data
+
+
+def test_session_receive_buffers_are_larger_only_without_rows():
+    """The archive's consumer keeps up with the socket: its connection reads into 4 MiB buffers
+    (a quarter of the reads and hand-offs); a consumer decoding rows keeps 1 MiB ones (its memory)."""
+    from binlogd.daemon.config import load_config
+    from binlogd.daemon.session import Session
+    from binlogd.daemon.source import RAW_RECEIVE_BUFFER, RECEIVE_BUFFER
+
+    config = load_config(None, env={})
+    assert (RECEIVE_BUFFER, RAW_RECEIVE_BUFFER) == (1 << 20, 4 << 20)
+    assert Session(config, Metrics()).conn._packets._size == RECEIVE_BUFFER
+    assert Session(config, Metrics(), rows=False).conn._packets._size == RAW_RECEIVE_BUFFER
+
+
+@pytest.mark.parametrize("kind, rows", [("archive", False), ("jsonl", True)])
+def test_daemon_session_follows_the_sink(tmp_path, monkeypatch, kind, rows):
+    import asyncio
+
+    from binlogd.daemon import service
+    from binlogd.daemon.config import load_config
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    class Recorder:
+        def __init__(self, config, metrics, rows=True):
+            seen.append(rows)
+
+        async def __aenter__(self):
+            raise Stop
+
+        async def __aexit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(service, "Session", Recorder)
+    config = load_config(None, env={}, overrides={
+        "sink.kind": kind, "sink.path": str(tmp_path / "out"), "checkpoint.path": str(tmp_path / "cp.json"),
+        "metrics.listen": ""})
+    daemon = service.Daemon(config)
+    daemon.sink.open(None)
+    try:
+        with pytest.raises(Stop):
+            asyncio.run(daemon._session())
+    finally:
+        daemon.sink.close()
+    assert seen == [rows]
