@@ -141,22 +141,21 @@ def _tokens(text: str) -> list[tuple[int, str, int]]:
 class _Parser:
     def __init__(self, tokens: list[tuple[int, str, int]]):
         self.tokens = tokens
+        # Each token's upper-cased text if it is a word or punctuation, else ""; "" past the end.
+        self.words = [text.upper() if kind in (_WORD, _PUNCT) else "" for kind, text, _ in tokens] + [""] * 4
         self.i = 0
 
     # ------------------------------------------------------------ tokens
 
     def peek(self, ahead: int = 0) -> str:
         """The upper-cased text of a word or punctuation token ahead ("" for others and at the end)."""
-        i = self.i + ahead
-        if i >= len(self.tokens):
-            return ""
-        kind, text, _ = self.tokens[i]
-        return text.upper() if kind in (_WORD, _PUNCT) else ""
+        return self.words[self.i + ahead]
 
     def take(self, *words: str) -> bool:
         """Consume ``words`` (upper-case words or punctuation) when they come next."""
-        if all(self.peek(k) == w for k, w in enumerate(words)):
-            self.i += len(words)
+        i, n = self.i, len(words)
+        if self.words[i] == words[0] and (n == 1 or tuple(self.words[i:i + n]) == words):
+            self.i += n
             return True
         return False
 
