@@ -132,6 +132,7 @@ CREATE TABLE bench.t (
     "CONSTRAINT fk FOREIGN KEY (b) REFERENCES o.u (z) ON DELETE SET NULL ON UPDATE CASCADE) CHARSET latin1",
     "CREATE TABLE IF NOT EXISTS t (a INT PRIMARY KEY, B INT, PRIMARY KEY (b), c INT PRIMARY KEY)",
     "CREATE TABLE t (a INT NULL NOT NULL, b INT NOT NULL NULL, c INT PRIMARY KEY NULL, d INT UNIQUE KEY INVISIBLE)",
+    "CREATE TABLE t (a FLOAT(24), b FLOAT(25), c FLOAT(53), d FLOAT(7,4), e DOUBLE(10,2) ZEROFILL, f BIT, g CHAR)",
 ])
 def test_plain_statements_take_the_fast_path(sql):
     assert agrees(sql)
@@ -145,6 +146,14 @@ def test_what_it_reads_is_right_on_its_own():
     assert [(x.name, x.nullable) for x in c.columns] == [("a", False), ("B", False), ("e", True), ("c", False)]
     assert c.columns[2].values == ("y'z",)
     assert fast("CREATE SCHEMA IF NOT EXISTS x DEFAULT COLLATE utf8mb4_bin") == [CreateDatabase("x", "utf8mb4", True)]
+    [c] = fast("CREATE TABLE t (a FLOAT(24), b FLOAT(25), c FLOAT(7,4), d DECIMAL(5), e VARCHAR(3) CHARSET binary, "
+               "f POINT, g SERIAL, h INT ZEROFILL, i TEXT(9))")
+    assert [(x.type, x.length, x.precision, x.scale, x.unsigned, x.nullable, x.charset) for x in c.columns] == [
+        ("float", None, None, None, False, True, None), ("double", None, None, None, False, True, None),
+        ("float", None, None, None, False, True, None), ("decimal", None, 5, 0, False, True, None),
+        ("varbinary", 3, None, None, False, True, "binary"), ("geometry", None, None, None, False, True, None),
+        ("bigint", None, None, None, True, False, None), ("int", None, None, None, True, True, None),
+        ("text", 9, None, None, False, True, None)]
 
 
 @pytest.mark.parametrize("sql", [
