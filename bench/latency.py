@@ -53,7 +53,7 @@ def _tail_sink(directory: Path, checkpoint: Path, seen: dict, durable: dict, sto
     (``durable``: id -> when the checkpoint's sink offset first covered the line)."""
     offsets: dict[Path, int] = {}
     waiting: list[tuple[str, int, int]] = []  # (file name, end offset of the line, id), not durable yet
-    stamp, covered = None, ("", 0)  # the checkpoint last read, and the sink position it covers
+    covered = ("", 0)  # the sink position the checkpoint last read covers
     while not stop.is_set():
         for path in sorted(directory.glob("changes-*.jsonl")):
             with open(path, "rb") as fh:
@@ -68,14 +68,12 @@ def _tail_sink(directory: Path, checkpoint: Path, seen: dict, durable: dict, sto
                     seen.setdefault(key, now)
                     waiting.append((path.name, at, key))
                 offsets[path] = offsets.get(path, 0) + end
-        try:
-            mtime = checkpoint.stat().st_mtime_ns
-        except FileNotFoundError:
-            mtime = None
-        if waiting and mtime != stamp:
-            stamp = mtime
-            sink = json.loads(checkpoint.read_text())["sink"]
-            covered = (sink["file"], sink["offset"])
+        if waiting:  # read each time: a checkpoint replaced within one clock tick keeps its mtime
+            try:
+                sink = json.loads(checkpoint.read_bytes())["sink"]
+                covered = (sink["file"], sink["offset"])
+            except FileNotFoundError:
+                pass
         # lines read after the checkpoint that covers them are durable as soon as they are seen
         if waiting and waiting[0][:2] <= covered:
             now = time.monotonic()
