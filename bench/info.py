@@ -15,7 +15,8 @@ and how info's time changed from the small file to the large one (it should not 
 It also times the command a user runs, ``binlogd info SMALL_FILE`` in a process of its own (start-up,
 imports and all; issue 16's goal is at most 60 ms), against a bare ``python -c pass`` and
 ``mariadb-binlog --version`` for scale: best and median of 20. ``--start-only`` writes and times only
-that (no large file).
+that (no large file). ``--installed`` also times this tree as ``pip install .`` installs it, in a venv of its
+own: the test venv's editable install adds a finder that every process of that venv imports at start-up.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,14 +85,38 @@ def process_ms(cmd: list[str], runs: int = 20) -> dict:
     return {"best_ms": min(times), "median_ms": statistics.median(times)}
 
 
-def start_times(path: Path) -> dict:
-    """``binlogd info path`` and two references, as :func:`process_ms` measures them."""
+def installed_copy(scratch: Path) -> tuple[str, str]:
+    """This tree installed as users install it (``pip install .``: no editable finder, whose start-up
+    imports pathlib, urllib and more in every process) into a venv of its own under ``scratch``, which
+    finds the other packages in this venv's site-packages. Returns (its python, its binlogd script)."""
+    import sysconfig
+
+    venv = scratch / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                    str(Path(__file__).resolve().parents[1])], check=True, stdout=subprocess.DEVNULL)
+    # a path line, not a site directory: this venv's .pth files (the editable finder's) are not run
+    (site / "_bench_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python, str(site / "bin" / "binlogd")
+
+
+def start_times(path: Path, installed: tuple[str, str] | None = None) -> dict:
+    """``binlogd info path`` and two references, as :func:`process_ms` measures them; with ``installed``
+    (:func:`installed_copy`), also that copy's ``binlogd info`` and its bare ``python -c pass``."""
     binlogd = str(Path(sys.executable).with_name("binlogd"))
     peer = shutil.which("mariadb-binlog") or "mysqlbinlog"
-    return {"binlogd info": process_ms([binlogd, "info", str(path)]),
-            "binlogd info --json": process_ms([binlogd, "info", "--json", str(path)]),
-            "python -c pass": process_ms([sys.executable, "-c", "pass"]),
-            "mariadb-binlog --version": process_ms([peer, "--version"])}
+    times = {"binlogd info": process_ms([binlogd, "info", str(path)]),
+             "binlogd info --json": process_ms([binlogd, "info", "--json", str(path)]),
+             "python -c pass": process_ms([sys.executable, "-c", "pass"])}
+    if installed is not None:
+        python, script = installed
+        times["binlogd info (pip install .)"] = process_ms([python, script, "info", str(path)])
+        times["python -c pass (its venv)"] = process_ms([python, "-c", "pass"])
+    times["mariadb-binlog --version"] = process_ms([peer, "--version"])
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gib", type=float, default=1.0, help="size of the large binlog")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--start-only", action="store_true", help="only the start-up time of binlogd info")
+    parser.add_argument("--installed", action="store_true",
+                        help="also time a regular install of this tree (pip install ., in a venv of its own)")
     args = parser.parse_args(argv)
     rows = max(1000, int(args.gib * (1 << 30) / _ROW_BYTES))
     with LocalServer(extra_args=["--max-binlog-size=1073741824", "--binlog-row-metadata=FULL"]) as srv:
@@ -105,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         srv.sql("CREATE TABLE b.t (id INT PRIMARY KEY, v VARCHAR(255))")
         _fill(srv, 1, 8000)  # the small file: the same transactions, a few MB
         srv.sql("FLUSH BINARY LOGS")
-        start = start_times(srv.binlog_files()[0])
+        with tempfile.TemporaryDirectory(prefix="bench-info-") as scratch:
+            installed = installed_copy(Path(scratch)) if args.installed else None
+            start = start_times(srv.binlog_files()[0], installed)
         if args.start_only:
             return _print_start(start, srv.binlog_files()[0], args.json)
         log(f"writing {rows} rows ({args.gib} GiB of binlog) ...")
@@ -148,7 +178,7 @@ def _print_start(start: dict, path: Path | None, as_json: bool) -> int:
         print(f"info start-up, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {m['cpu']} ({m['cores']} cores), "
               f"{path.name} ({path.stat().st_size / 1e6:.1f} MB), load average {os.getloadavg()[0]:.1f}")
     for name, t in start.items():
-        print(f"  {name:<26} best {t['best_ms']:6.1f} ms  median {t['median_ms']:6.1f} ms  (a process of its own)")
+        print(f"  {name:<30} best {t['best_ms']:6.1f} ms  median {t['median_ms']:6.1f} ms  (a process of its own)")
     return 0
 
 
