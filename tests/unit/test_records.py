@@ -17,49 +17,28 @@ import pytest
 from binlogd.protocol.records import record
 
 
-@record
-class RecPoint:
-    x: int
-    y: int = 2
-    tags: list = field(default_factory=list)
-    note: str = field(default="", repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class DcPoint:
-    x: int
-    y: int = 2
-    tags: list = field(default_factory=list)
-    note: str = field(default="", repr=False, compare=False)
-
-
-@record(slots=True)
-class RecSlotted:
-    x: int
-    y: int = 2
-    tags: list = field(default_factory=list)
-    note: str = field(default="", repr=False, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class DcSlotted:
-    x: int
-    y: int = 2
-    tags: list = field(default_factory=list)
-    note: str = field(default="", repr=False, compare=False)
-
-
-PAIRS = [(RecPoint, DcPoint), (RecSlotted, DcSlotted)]
-
-
-def _pair(body: str, record_args: str = "", dataclass_args: str = "frozen=True") -> tuple[type, type]:
-    """The class of ``body`` made with ``@record(record_args)`` and with ``@dataclass(dataclass_args)``."""
+def _pair(body: str, record_args: str = "", dataclass_args: str = "frozen=True",
+          names: tuple[str, str] = ("C", "C")) -> tuple[type, type]:
+    """The class of ``body`` made with ``@record(record_args)`` and with ``@dataclass(dataclass_args)``,
+    named ``names`` in this module (pickle finds a class by its module and name)."""
     made = []
-    for decorator in (f"record({record_args})" if record_args else "record", f"dataclass({dataclass_args})"):
-        names = {"record": record, "dataclass": dataclass}
-        exec(f"@{decorator}\nclass C:\n" + body, names)  # noqa: S102 (the test's own source)
-        made.append(names["C"])
+    for decorator, name in zip((f"record({record_args})" if record_args else "record",
+                                f"dataclass({dataclass_args})"), names):
+        scope = {"record": record, "dataclass": dataclass, "field": field, "__name__": __name__}
+        exec(f"@{decorator}\nclass {name}:\n" + body, scope)  # noqa: S102 (the test's own source)
+        made.append(scope[name])
     return made[0], made[1]
+
+
+POINT = """
+    x: int
+    y: int = 2
+    tags: list = field(default_factory=list)
+    note: str = field(default="", repr=False, compare=False)
+"""
+RecPoint, DcPoint = _pair(POINT, names=("RecPoint", "DcPoint"))
+RecSlotted, DcSlotted = _pair(POINT, "slots=True", "frozen=True, slots=True", ("RecSlotted", "DcSlotted"))
+PAIRS = [(RecPoint, DcPoint), (RecSlotted, DcSlotted)]
 
 
 def _same(a, b) -> None:

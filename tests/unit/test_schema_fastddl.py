@@ -17,6 +17,7 @@ from binlogd.protocol.reader import iter_events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.decode import CREATE_TABLE
 from binlogd.schema import ddl, fastddl
 from binlogd.schema.changes import CreateDatabase, CreateTable
 from binlogd.schema.sqltext import ddl_text
@@ -100,20 +101,7 @@ def test_the_repos_own_create_statements_are_read_as_ddl_parse_reads_them():
 # ------------------------------------------------------------------ statements it must read
 
 
-BENCH_TABLE = """
-CREATE TABLE bench.t (
-  id        BIGINT NOT NULL PRIMARY KEY,
-  c_int     INT,
-  c_varchar VARCHAR(64),
-  c_decimal DECIMAL(12,4),
-  c_dt      DATETIME(6),
-  c_double  DOUBLE,
-  c_text    TEXT,
-  c_tiny    TINYINT,
-  c_date    DATE,
-  c_json    JSON
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
-"""
+BENCH_TABLE = CREATE_TABLE  # the benchmark's table
 
 
 @pytest.mark.parametrize("sql", [
