@@ -264,6 +264,9 @@ def _column(node: exp.ColumnDef) -> tuple[ColumnDef, bool]:
             charset = charset_name(kind.this.name)
         elif isinstance(kind, exp.CollateColumnConstraint):
             collate = charset_name(kind.this.name)
+        elif isinstance(kind, exp.DefaultColumnConstraint) and isinstance(kind.this, exp.Collate):
+            # `DEFAULT 'x' COLLATE c`: the server takes c as the column's collation, sqlglot as the value's
+            collate = charset_name(kind.this.expression.name)
         elif isinstance(kind, exp.NotNullColumnConstraint):
             nullable = bool(kind.args.get("allow_null"))
         elif isinstance(kind, exp.PrimaryKeyColumnConstraint):

@@ -18,7 +18,7 @@ else, or anything it is not sure of, gives None, and the caller falls back to ``
 character it does not know, unquoted identifiers that are keywords to sqlglot, double quotes,
 escapes other than ``\'``, ``\"`` and ``\\`` in ENUM/SET values, generated columns, CHECK, partitions,
 LIKE, SELECT, index options, a DEFAULT that is not a plain literal or CURRENT_TIMESTAMP, a COLLATE right
-after a DEFAULT (sqlglot reads it as part of the default) ...
+after a DEFAULT (which sqlglot parses as part of the value; ddl.parse takes it as the column's) ...
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ _TYPES = {
 }
 _TEXTUAL = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"})
 _CHARSET_KEYWORDS = frozenset({"BINARY"})  # charset names that are keywords and still read as names
-# What may follow a DEFAULT value (sqlglot would read e.g. COLLATE as part of the value).
+# What may follow a DEFAULT value (anything else, e.g. a COLLATE sqlglot parses as part of the value, falls back).
 _AFTER_DEFAULT = frozenset({",", ")", "NOT", "NULL", "AUTO_INCREMENT", "COMMENT", "PRIMARY", "UNIQUE", "ON",
                             "INVISIBLE", "CHARACTER", "CHARSET"})
 _AFTER_KEY = frozenset({",", ")", "NOT", "NULL", "AUTO_INCREMENT", "COMMENT", "DEFAULT", "INVISIBLE", "UNIQUE",

@@ -61,6 +61,18 @@ def test_no_log_server_changes_equal_full_server_changes(mariadb, mariadb_no_log
     assert bare == full, err        # unsigned 4000000000, ENUM/SET strings, latin1 text: all from the DDL
 
 
+def test_collate_after_a_default_sets_the_column_charset(mariadb, mariadb_no_log):
+    # MariaDB reads `DEFAULT 'x' COLLATE latin1_bin` as the column's collation (SHOW CREATE TABLE says
+    # CHARACTER SET latin1); sqlglot reads the COLLATE as part of the default value
+    statements = ["CREATE TABLE c (id INT PRIMARY KEY, v VARCHAR(8) DEFAULT 'x' COLLATE latin1_bin)",
+                  "INSERT INTO c VALUES (1, _latin1 0xE9C0), (2, DEFAULT)"]
+    db = _db("coll")
+    full, _ = dump_changes(run(mariadb, db, statements), schema=db)
+    bare, err = dump_changes(run(mariadb_no_log, db, statements), schema=db)
+    assert [c[4]["v"] for c in full] == ["\u00e9\u00c0", "x"]
+    assert bare == full, err
+
+
 def test_schema_build_then_dump_from_the_middle_names_every_column(mariadb_minimal, mariadb, tmp_path):
     db, full_files, files = _both(mariadb, mariadb_minimal, WORKLOAD, "mid")
     from binlogd.cli import main
