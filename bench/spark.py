@@ -4,7 +4,7 @@
 
 1. starts a throwaway MariaDB (:class:`binlogd.localserver.LocalServer`, the settings of
    ``bench.decode`` plus ``--max-binlog-size`` = ``--file-mb``, so the log is split into several
-   files: the source reads one file per task) and writes ``bench.decode``'s workload: ``--rows``
+   files) and writes ``bench.decode``'s workload: ``--rows``
    inserts in 500-row transactions into a 10-column table, rows/10 updates, rows/20 deletes; then
    ``--small-txns`` one-row autocommit INSERTs (five events each: many events, few rows);
    ``--binlogs DIR`` reads existing binlog files instead;
@@ -134,7 +134,8 @@ def daemon_decode(files: list[Path]) -> dict:
 
 def measure(spark, paths: list[str], shape: str, repeat: int, arrow: bool = True) -> float:
     """Best seconds to read every column of the shape (noop sink: nothing is written)."""
-    df = spark.read.format("binlog").option("shape", shape).option("arrow", str(arrow).lower()).load(paths)
+    df = (spark.read.format("binlog").option("shape", shape).option("arrow", str(arrow).lower())
+          .option("minPartitions", spark.sparkContext.defaultParallelism).load(paths))  # as pipeline.jobs reads
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small-txns", type=int, default=DEFAULT_SMALL_TXNS,
                     help=f"one-row transactions after them (default {DEFAULT_SMALL_TXNS})")
     ap.add_argument("--file-mb", type=int, default=DEFAULT_FILE_MB,
-                    help=f"max binlog file size in MB; files are the parallelism (default {DEFAULT_FILE_MB})")
+                    help=f"max binlog file size in MB (default {DEFAULT_FILE_MB})")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per measurement, best reported (default 3)")
     ap.add_argument("--binlogs", type=Path, help="read the binlog files of this directory (no server)")
     ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")

@@ -109,6 +109,8 @@ class Progress:
 
 def _reader(spark, shape: str, skip_corrupt: bool, **options):
     reader = spark.read.format("binlog").option("shape", shape)
+    # files are packed into partitions for this many tasks at least, as Spark's file sources do
+    reader = reader.option("minPartitions", spark.sparkContext.defaultParallelism)
     reader = reader.option("corruptFiles", "skip" if skip_corrupt else "fail")
     for key, value in options.items():
         if value is not None:

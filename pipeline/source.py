@@ -27,9 +27,15 @@ Options (names are case-insensitive):
   ``schema-history.jsonl``): names the columns of servers that log no names (MINIMAL/NO_LOG row
   metadata) as of each file's position, and follows each file's own DDL; a definition that does not fit
   the TABLE_MAP gives positional names (``@1``...), never wrong ones.
+- batch only: ``maxPartitionBytes`` (default 128 MiB), ``openCostInBytes`` (4 MiB) and ``minPartitions``
+  (default 1; :mod:`pipeline.jobs` passes the session's default parallelism): files are packed into input
+  partitions as Spark packs the files of its own file sources (``spark.sql.files.*``), each file whole and
+  counted with the open cost, up to ``min(maxPartitionBytes, max(openCostInBytes, total / minPartitions))``
+  bytes: a task has a fixed cost (tens of milliseconds), which small files would pay once each.
 - streaming only: ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``.
 
-One input partition per file (per file with new bytes, streaming). Every byte is decoded by
+Batch reads pack whole files into input partitions (above); streaming reads one partition per file with new
+bytes. Every byte is decoded by
 :mod:`protocol` (the decoder ``binlogd dump`` and the daemon use); see :mod:`pipeline.decode`.
 
 Streaming offsets are ``{"files": {path: {"pos", "fde", "end"?, "error"?}}, "done": {stem: last}}``:
@@ -110,6 +116,9 @@ class Options:
         self.batch_rows = _positive(opts, "batchrows", 8192)
         self.max_files = _positive(opts, "maxfilespertrigger", None)
         self.max_bytes = _positive(opts, "maxbytespertrigger", None)
+        self.max_partition_bytes = _positive(opts, "maxpartitionbytes", 128 << 20)
+        self.open_cost = _positive(opts, "opencostinbytes", 4 << 20)
+        self.min_partitions = _positive(opts, "minpartitions", 1)
         if self.max_files and self.max_bytes:
             raise ValueError("binlog: set maxFilesPerTrigger or maxBytesPerTrigger, not both")
         if self.input == "jsonl" and self.shape != "changes":
@@ -155,6 +164,35 @@ class FilePartition(InputPartition):
         return f"FilePartition({self.path!r}, {self.kind}, {self.start}, {self.stop})"
 
 
+class FilePack(InputPartition):
+    """Whole files read one after the other in one task (batch reads): ``parts``, FilePartitions in order."""
+
+    def __init__(self, parts: list[FilePartition]):
+        super().__init__([p.path for p in parts])
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"FilePack({self.parts!r})"
+
+
+def pack(parts: list[FilePartition], sizes: dict[str, int], opts: Options) -> list[FilePack]:
+    """``parts`` in order, packed as Spark packs the files of a file source: each file counts its size plus
+    ``openCostInBytes``, and a pack takes files while it stays within ``min(maxPartitionBytes,
+    max(openCostInBytes, total / minPartitions))`` (a larger file is a pack of its own)."""
+    total = sum(sizes.get(p.path, 0) + opts.open_cost for p in parts)
+    limit = min(opts.max_partition_bytes, max(opts.open_cost, total // opts.min_partitions))
+    out: list[list[FilePartition]] = []
+    held = limit
+    for part in parts:
+        cost = sizes.get(part.path, 0) + opts.open_cost
+        if held + cost > limit:
+            out.append([])
+            held = 0
+        out[-1].append(part)
+        held += cost
+    return [FilePack(group) for group in out]
+
+
 class _Reader:
     """What batch and stream readers share: the output columns and ``read``."""
 
@@ -185,7 +223,11 @@ class _Reader:
             convert = pair_converter(self.before_type or StringType(), self.after_type or StringType())
         return D.ChangeRows(path, corrupt_column=True, start=start, convert=convert)
 
-    def read(self, partition: FilePartition) -> Iterator:
+    def read(self, partition: FilePartition | FilePack) -> Iterator:
+        for part in partition.parts if isinstance(partition, FilePack) else (partition,):
+            yield from self._read_file(part)
+
+    def _read_file(self, partition: FilePartition) -> Iterator:
         opts = self.opts
         if partition.kind == "index":
             chunks = iter([D.read_index(partition.path, corrupt_column=True, skip_corrupt=opts.skip_corrupt)])
@@ -258,16 +300,18 @@ def _kind(opts: Options, files: list[str]) -> str:
 
 
 class BinlogBatchReader(_Reader, DataSourceReader):
-    """``spark.read.format("binlog")``: one partition per file, read up to its size at planning time."""
+    """``spark.read.format("binlog")``: whole files packed into partitions (:func:`pack`), each read up to
+    its size at planning time."""
 
-    def partitions(self) -> list[FilePartition]:
+    def partitions(self) -> list[FilePack]:
         files = sized(self.opts.paths(), self.opts.glob_filter)
         if not files:
             raise FileNotFoundError(f"binlog: no files in {', '.join(self.opts.paths())}")
         kind = _kind(self.opts, list(files))
         if kind == "jsonl":
-            return self._jsonl_partitions(list(files))
-        return [FilePartition(p, kind, 4, size if kind == "binlog" else None) for p, size in files.items()]
+            return pack(self._jsonl_partitions(list(files)), files, self.opts)
+        return pack([FilePartition(p, kind, 4, size if kind == "binlog" else None) for p, size in files.items()],
+                    files, self.opts)
 
     def _jsonl_partitions(self, files: list[str]) -> list[FilePartition]:
         committed = D.committed_jsonl(self.opts.daemon_checkpoint) if self.opts.daemon_checkpoint else None

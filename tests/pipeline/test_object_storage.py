@@ -128,7 +128,10 @@ def test_prefix_of_10000_objects_listed_once(spark, s3, corpus, tmp_path):
         _use_store(spark, dict(s3.env, AWS_ENDPOINT_URL=gate.endpoint))
         reader = BinlogBatchReader(Options({"path": "s3://ten-thousand/p/", "shape": "index"}),
                                    default_schema("index"))
-        parts = reader.partitions()
+        packs = reader.partitions()  # each file costs its size plus 4 MiB to open: packs of 128 MiB at most
+        per_pack = (128 << 20) // (len(data) + (4 << 20))
+        assert [len(p.parts) for p in packs] == [per_pack] * (10_000 // per_pack) + [10_000 % per_pack] * (10_000 % per_pack > 0)
+        parts = [part for p in packs for part in p.parts]
         assert len(parts) == 10_000 and parts[0].path == "s3://ten-thousand/p/mysql-bin.000001"
         assert [p.path.rpartition(".")[2] for p in parts[:3]] == ["000001", "000002", "000003"]
         listings = [r for r in gate.requests if "list-type=2" in r]

@@ -50,9 +50,33 @@ def changes(spark, files):
     return spark_rows_by_file(rows.collect())
 
 
-def test_one_partition_per_file(spark, files):
-    df = spark.read.format("binlog").load(files)
-    assert df.rdd.getNumPartitions() == len(files)
+@pytest.mark.parametrize("sizes,options,expected", [
+    ([1, 2, 3], {}, [3]),                                                       # small files: one task
+    ([1, 2, 3], {"minPartitions": "3"}, [1, 1, 1]),                             # (size + 4 MiB) > total / 3
+    ([100, 100, 1, 1], {"maxPartitionBytes": str(200 << 20)}, [1, 3]),            # 104 + 104 > 200 MiB
+    ([200, 1, 1], {}, [1, 2]),                                                  # a file over the limit: alone
+    ([10] * 8, {"minPartitions": "2"}, [4, 4]),                                 # 112 MiB / 2: 56 MiB a task
+])
+def test_pack_follows_sparks_file_packing(sizes, options, expected):
+    from binlogd.pipeline.source import FilePartition, Options, pack
+
+    parts = [FilePartition(f"f{i}", "binlog", 4, n << 20) for i, n in enumerate(sizes)]
+    packs = pack(parts, {p.path: p.stop for p in parts}, Options({"path": "x", **options}))
+    assert [len(p.parts) for p in packs] == expected
+    assert [q for p in packs for q in p.parts] == parts  # every file once, in order
+
+
+def test_files_are_packed_into_partitions_as_spark_packs_them(spark, files):
+    # the corpus files are small: a task reads many of them (each whole), more tasks with minPartitions,
+    # one per file when each is over maxPartitionBytes; the same rows every way
+    def read(**options):
+        return spark.read.format("binlog").option("corruptFiles", "skip").options(**options).load(files)
+
+    packed, more, single = read(), read(minPartitions=8), read(maxPartitionBytes=1)
+    counts = [df.rdd.getNumPartitions() for df in (packed, more, single)]
+    assert counts[0] < counts[1] < counts[2] == len(files), counts
+    rows = [sorted(df.select("file", "pos", "type", "_corrupt").collect()) for df in (packed, more, single)]
+    assert rows[0] == rows[1] == rows[2] and len(rows[0]) > len(files)
 
 
 def test_events_equal_dump_json(events, files):
@@ -168,7 +192,6 @@ def test_path_forms(spark, corpus, tmp_path):
     uri = spark.read.format("binlog").load(f"file://{tmp_path}")
     expected = [str(tmp_path / n) for n in names]
     for df in (by_dir, by_glob, by_list, uri):
-        assert df.rdd.getNumPartitions() == 3
         assert [r["file"] for r in df.select("file").distinct().orderBy("file").collect()] == expected
     assert by_dir.count() == sum(len(dump_json(p)[0]) for p in expected)
     filtered = spark.read.format("binlog").option("pathGlobFilter", "*.000010").load(str(tmp_path))
