@@ -34,6 +34,7 @@ from binlogd.schema import Entry, HistoryWriter, SchemaHistoryError, SchemaTrack
 from binlogd.schema.catalog import Catalog
 from binlogd.schema.history import position_key
 from binlogd.schema.model import charset_name
+from binlogd.schema.sqltext import read_ddl
 
 from .checkpoint import CheckpointError
 
@@ -117,10 +118,9 @@ class ServerSchema:
             return None
         if not rows or len(rows[0]) < 2:
             return None
-        from binlogd.schema import ddl  # sqlglot only once a statement is to be read
         from binlogd.schema.changes import CreateTable
 
-        changes = ddl.parse(rows[0][1], schema)
+        changes = read_ddl(rows[0][1], schema)
         if len(changes) != 1 or not isinstance(changes[0], CreateTable):
             return None
         catalog = Catalog()
@@ -155,7 +155,6 @@ class ServerSchema:
         """The tables DDL logged from ``file:pos`` to ``until`` (a (file, pos), excluded; default: the end of the
         binlog) names (``(db, "*")``: a whole database); None when that is not known (an unreadable statement,
         or more than ``limit`` events)."""
-        from binlogd.schema import ddl
         from binlogd.schema.changes import tables_named
 
         files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
@@ -174,7 +173,7 @@ class ServerSchema:
                         return names
                     if str(row[2]).startswith("Query"):
                         db, statement = _split_use(str(row[5] or ""))
-                        for change in ddl.parse(statement, db):
+                        for change in read_ddl(statement, db):
                             touched = tables_named(change)
                             if touched is None:
                                 return None

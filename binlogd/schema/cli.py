@@ -21,7 +21,7 @@ from binlogd.protocol.reader import iter_events
 
 from .changes import Unparsed
 from .history import Entry, SchemaHistoryError, SchemaTracker, read_history
-from .sqltext import ddl_text, expand_comments, split_statements
+from .sqltext import expand_comments, read_ddl, split_statements
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
 
@@ -49,21 +49,13 @@ def seed_entries(tracker: SchemaTracker, text: str, file: str, pos: int) -> list
     Raises:
         SchemaHistoryError: a statement of the seed cannot be parsed (naming it).
     """
-    from . import fastddl
-
     db, out = "", []
     for statement in split_statements(text):
         words = expand_comments(statement).split(None, 1)
         if words and words[0].upper() == "USE" and len(words) == 2:
             db = words[1].strip().strip("`")
             continue
-        text = ddl_text(statement)
-        changes = fastddl.parse(text, db) if text is not None else None
-        if changes is None:
-            from . import ddl  # sqlglot only for a statement the fast path does not read
-
-            changes = ddl.parse(statement, db)
-        for change in changes:
+        for change in read_ddl(statement, db):
             if isinstance(change, Unparsed):
                 raise SchemaHistoryError(f"seed statement not understood ({change.reason}): {statement[:120]}")
             before = dict(tracker.catalog.databases)

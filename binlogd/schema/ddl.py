@@ -87,8 +87,11 @@ def parse(sql: str, default_db: str = "", sql_mode: int = 0, server_version: str
         DDL statement that could not be read. Never raises for any input text.
     """
     text = ddl_text(sql, sql_mode, server_version)
-    if text is None:
-        return []
+    return [] if text is None else parse_text(text, default_db)
+
+
+def parse_text(text: str, default_db: str = "") -> list:
+    """:func:`parse` of a statement's :func:`~binlogd.schema.sqltext.ddl_text` (its text as the server ran it)."""
     try:
         tokens = _DIALECT.tokenize(text)
     except SqlglotError as exc:

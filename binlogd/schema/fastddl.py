@@ -14,8 +14,8 @@ and gives exactly the change records :func:`binlogd.schema.ddl.parse` gives for 
 tests/unit/test_schema_fastddl.py compares the two on every such statement of the corpus and on generated
 ones). It reads the text :func:`binlogd.schema.sqltext.ddl_text` made, as ``ddl.parse`` does: comments are
 gone, executable ones opened as the logging server ran them, ANSI_QUOTES identifiers backquoted. Anything
-else, or anything it is not sure of, gives None, and the caller falls back to ``ddl.parse``: any word or
-character it does not know, unquoted identifiers that are keywords to sqlglot, double quotes,
+else, or anything it is not sure of, gives None, and :func:`~binlogd.schema.sqltext.read_ddl` falls back to
+sqlglot: any word or character it does not know, unquoted identifiers that are keywords to sqlglot, double quotes,
 escapes other than ``\'``, ``\"`` and ``\\`` in ENUM/SET values, generated columns, CHECK, partitions,
 LIKE, SELECT, index options, a DEFAULT that is not a plain literal or CURRENT_TIMESTAMP, a COLLATE right
 after a DEFAULT (which sqlglot parses as part of the value; ddl.parse takes it as the column's) ...

@@ -29,7 +29,7 @@ from binlogd.protocol.records import record
 
 from .catalog import DROPPED, UNKNOWN, Catalog
 from .model import CheckedSchema, TableDef, charset_name, compile_schema
-from .sqltext import ddl_text
+from .sqltext import read_ddl
 
 Name = tuple[str, str]
 _SUFFIX = re.compile(r"^(.*?)(\d+)$")
@@ -262,22 +262,10 @@ class SchemaTracker:
         return ()
 
     def _query(self, event, file: str, end: int) -> list[Entry]:
-        sql_mode = event.status.get("sql_mode", 0)
-        text = ddl_text(event.query, sql_mode, self.server_version)
-        if text is None:
-            return []  # BEGIN, COMMIT, DML: nothing to parse
-        from . import fastddl
-        from .changes import Unparsed
-
-        # A plain CREATE DATABASE / CREATE TABLE is read by hand; sqlglot (70 ms or more to import) only for
-        # any other DDL statement.
-        changes = fastddl.parse(text, event.schema)
-        if changes is None:
-            from . import ddl
-
-            changes = ddl.parse(event.query, event.schema, sql_mode, self.server_version)
+        changes = read_ddl(event.query, event.schema, event.status.get("sql_mode", 0), self.server_version)
         if not changes:
-            return []
+            return []  # BEGIN, COMMIT, DML: nothing to parse
+        from .changes import Unparsed  # imported by read_ddl with the first DDL statement
         server = charset_name(charset_for_collation(event.status.get("charset", {}).get("server")))
         out = []
         for change in changes:
