@@ -182,10 +182,10 @@ def pack(parts: list[FilePartition], sizes: dict[str, int], opts: Options) -> li
     total = sum(sizes.get(p.path, 0) + opts.open_cost for p in parts)
     limit = min(opts.max_partition_bytes, max(opts.open_cost, total // opts.min_partitions))
     out: list[list[FilePartition]] = []
-    held = limit
+    held = 0  # bytes (with open costs) of the last pack
     for part in parts:
         cost = sizes.get(part.path, 0) + opts.open_cost
-        if held + cost > limit:
+        if not out or held + cost > limit:
             out.append([])
             held = 0
         out[-1].append(part)
