@@ -203,3 +203,15 @@ def data(path: str) -> bytes:
 
 
 _BY_PATH = {e.path: e for e in entries_or_empty()}
+
+
+def materialise(event) -> None:
+    """Decode the rows of a rows event, and of every rows event inside a TRANSACTION_PAYLOAD (binlogd's decoder;
+    the rest of this module reads the corpus without it)."""
+    from binlogd.protocol import events as E
+
+    if isinstance(event, E.RowsEvent):
+        assert isinstance(event.rows, list)
+    if isinstance(event, E.TransactionPayloadEvent):
+        for inner in event.events:
+            materialise(inner)
