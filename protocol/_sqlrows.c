@@ -35,7 +35,9 @@ PyDoc_STRVAR(module_doc,
 "2^(bit_length(5^q) - 1 + 125) // 5^q + 1); returns whether they are used (they need 128-bit integers).\n"
 "\n"
 "comment(raw) -> bytes: '-- ' + raw with each newline followed by '-- ' and each carriage return a space,\n"
-"when raw is well-formed UTF-8 (the text Python decodes from it, encoded again); else None.");
+"when raw is well-formed UTF-8 (the text Python decodes from it, encoded again); else None.\n"
+"one_line(raw) -> bool: whether raw is well-formed UTF-8 without a newline or carriage return (its\n"
+"comment is then '-- ' + raw).");
 
 enum { F_NATIVE, F_FLOAT32, F_TEXT, F_HEX, F_CALL };
 enum { W_VALUES, W_DELETE, W_UPDATE, W_UPDATE_SWAPPED };
@@ -545,6 +547,21 @@ comment(PyObject *module, PyObject *arg)
     return result;
 }
 
+/* one_line(raw) -> bool */
+static PyObject *
+one_line(PyObject *module, PyObject *arg)
+{
+    Py_buffer raw;
+
+    (void)module;
+    if (!PyArg_Parse(arg, "y*:one_line", &raw))
+        return NULL;
+    const unsigned char *s = raw.buf;
+    size_t n = (size_t)raw.len;
+    int yes = utf8_prefix(s, raw.len) == raw.len && memchr(s, '\n', n) == NULL && memchr(s, '\r', n) == NULL;
+    PyBuffer_Release(&raw);
+    return PyBool_FromLong(yes);
+}
 
 /* load_powers(pow5, inv) */
 static PyObject *
@@ -567,6 +584,8 @@ static PyMethodDef methods[] = {
      PyDoc_STR("rows(first, second, data, what, head, reverse) -> (bytes, rows) (see the module doc).")},
     {"comment", comment, METH_O,
      PyDoc_STR("comment(raw) -> bytes | None: the UTF-8 text raw as SQL comment lines (see the module doc).")},
+    {"one_line", one_line, METH_O,
+     PyDoc_STR("one_line(raw) -> bool: raw is well-formed UTF-8 without CR or LF (see the module doc).")},
     {NULL, NULL, 0, NULL},
 };
 

@@ -61,36 +61,54 @@ def decode_rows(h, body: memoryview, ctx) -> E.RowsEvent:
     Raises:
         EventDecodeError: no TABLE_MAP seen for its table id, or a malformed frame.
     """
-    table_id, flags, pos = _post_header(h, body, ctx)
-    if h.type_code in _V2:
-        need(body, pos, 2, "rows extra data length")
-        extra = U16.unpack_from(body, pos)[0]
+    # This runs once per rows event on every path: the bounds are checked inline (need() raises when one fails).
+    tc = h.type_code
+    end = len(body)
+    id_size = ctx.table_id_size(tc)
+    pos = id_size + 2
+    if pos > end:
+        need(body, 0, pos, "rows post-header")
+    table_id = int.from_bytes(body[:id_size], "little")
+    flags = body[id_size] | body[id_size + 1] << 8
+    if tc in _V2:
+        if pos + 2 > end:
+            need(body, pos, 2, "rows extra data length")
+        extra = body[pos] | body[pos + 1] << 8
         if extra < 2:
             raise EventDecodeError(f"rows extra data length {extra} < 2")
-        _, pos = take(body, pos, extra, "rows extra data")
+        if pos + extra > end:
+            need(body, pos, extra, "rows extra data")
+        pos += extra
     entry = ctx.tables.get(table_id)
     if entry is None:
         raise EventDecodeError(f"rows event for table id {table_id} with no TABLE_MAP before it")
     table_map, codec = entry
-    width, pos = packed_len(body, pos)
+    if pos < end and body[pos] < 0xFB:
+        width = body[pos]
+        pos += 1
+    else:
+        width, pos = packed_len(body, pos)
     if width != len(codec.columns):
         raise EventDecodeError(f"rows event has {width} columns, TABLE_MAP of {table_map.schema}.{table_map.table} "
                                f"has {len(codec.columns)}")
     nbytes = (width + 7) // 8
-    present, pos = take(body, pos, nbytes, "columns-present bitmap")
-    present_before = int.from_bytes(present, "little")
-    kind = _KIND[h.type_code]
+    kind = _KIND[tc]
+    two = kind == "update" and tc != _PRE_GA_UPDATE  # an update has the after image's bitmap too
+    if pos + (2 * nbytes if two else nbytes) > end:
+        need(body, pos, nbytes, "columns-present bitmap")
+        need(body, pos + nbytes, nbytes, "columns-present bitmap (after image)")
+    present_before = int.from_bytes(body[pos:pos + nbytes], "little")
+    pos += nbytes
     present_after = None
-    if kind == "update" and h.type_code != _PRE_GA_UPDATE:
-        after, pos = take(body, pos, nbytes, "columns-present bitmap (after image)")
-        present_after = int.from_bytes(after, "little")
+    if two:
+        present_after = int.from_bytes(body[pos:pos + nbytes], "little")
+        pos += nbytes
     # Compressed images are inflated now (a bad zlib stream is an error of the event itself).
     # Plain images are copied to bytes only when the rows are read (indexing and slicing bytes is
     # much faster than memoryview in the row loop): a sink that never reads rows costs no copy.
-    images = mariadb_uncompress(body[pos:]) if h.type_code in _COMPRESSED else body[pos:]
-    null_offset = 1 if h.type_code in _PRE_GA else 0
-    source = RowImages(codec, kind, images, present_before, present_after, h.type_code == _PARTIAL_UPDATE, h,
-                       null_offset)
+    images = mariadb_uncompress(body[pos:]) if tc in _COMPRESSED else body[pos:]
+    null_offset = 1 if tc in _PRE_GA else 0
+    source = RowImages(codec, kind, images, present_before, present_after, tc == _PARTIAL_UPDATE, h, null_offset)
     return E.RowsEvent(h, kind, table_id, flags, table_map.schema, table_map.table, codec.labels, source)
 
 

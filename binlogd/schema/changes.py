@@ -1,18 +1,18 @@
 """The change records :func:`binlogd.schema.ddl.parse` returns: what a DDL statement does to tables' columns.
 
-Plain frozen dataclasses (no sqlglot types): :mod:`binlogd.schema.catalog` applies them.
+Plain frozen records (:func:`binlogd.protocol.records.record`; no sqlglot types): :mod:`binlogd.schema.catalog` applies them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from binlogd.protocol.records import record
 
 from .model import ColumnDef
 
 Name = tuple[str, str]  # (schema, table)
 
 
-@dataclass(frozen=True)
+@record
 class CreateTable:
     """CREATE TABLE: ``columns`` (charsets only where the statement gives them), or ``like`` another table."""
 
@@ -24,14 +24,16 @@ class CreateTable:
     if_not_exists: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class AddColumn:
+    """ADD COLUMN: ``position`` None for last, "" for FIRST, else the column it comes AFTER."""
+
     column: ColumnDef
-    position: str | None = None   # None: last; "" : FIRST; else AFTER that column
+    position: str | None = None
     if_not_exists: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class ChangeColumn:
     """CHANGE old new-definition / MODIFY (old == column.name)."""
 
@@ -41,24 +43,30 @@ class ChangeColumn:
     if_exists: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class DropColumn:
+    """DROP COLUMN."""
+
     name: str
     if_exists: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class RenameColumn:
+    """RENAME COLUMN old TO new."""
+
     old: str
     new: str
 
 
-@dataclass(frozen=True)
+@record
 class RenameTo:
+    """RENAME TO (within ALTER TABLE): the table's new name."""
+
     name: Name
 
 
-@dataclass(frozen=True)
+@record
 class Charset:
     """DEFAULT CHARSET (``convert`` False: new columns only) or CONVERT TO CHARACTER SET (every text column)."""
 
@@ -66,48 +74,60 @@ class Charset:
     convert: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class PrimaryKey:
     """ADD PRIMARY KEY (columns) / DROP PRIMARY KEY (no columns)."""
 
     columns: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class AlterTable:
+    """ALTER TABLE: its ``actions`` (the other change records of this module), in order."""
+
     name: Name
     actions: tuple
 
 
-@dataclass(frozen=True)
+@record
 class RenameTables:
+    """RENAME TABLE: (old, new) pairs, applied in order."""
+
     pairs: tuple[tuple[Name, Name], ...]
 
 
-@dataclass(frozen=True)
+@record
 class DropTables:
+    """DROP TABLE."""
+
     names: tuple[Name, ...]
 
 
-@dataclass(frozen=True)
+@record
 class CreateDatabase:
+    """CREATE DATABASE (or SCHEMA)."""
+
     name: str
     charset: str | None = None
     if_not_exists: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class AlterDatabase:
+    """ALTER DATABASE: its new default charset."""
+
     name: str
     charset: str | None
 
 
-@dataclass(frozen=True)
+@record
 class DropDatabase:
+    """DROP DATABASE (or SCHEMA)."""
+
     name: str
 
 
-@dataclass(frozen=True)
+@record
 class Unparsed:
     """A DDL statement that could not be read; ``names`` are the tables it mentions (empty: unknown)."""
 

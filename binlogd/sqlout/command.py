@@ -83,19 +83,25 @@ def _notice(message: str) -> None:
 
 
 class _Output:
-    """Lines to stdout, in chunks of about 1 MiB: each line a str (surrogate-escaped text turns back into
-    the logged bytes) or bytes (UTF-8 lines made so, such as the C writer's), each followed by a newline."""
+    """Lines to stdout, in chunks of about 1 MiB, each followed by a newline. A line is a str (surrogate-escaped
+    text turns back into the logged bytes), bytes (UTF-8 lines made so, such as the C writer's) or a tuple of
+    bytes-like pieces of one line (:func:`.native.comment`'s)."""
 
     def __init__(self) -> None:
-        self.chunks: list[bytes] = []
+        self.chunks: list = []
         self.size = 0
 
     def write(self, lines: list) -> None:
         chunks = self.chunks
         for line in lines:
-            chunks.append(line if type(line) is bytes else line.encode("utf-8", "surrogateescape"))
+            kind = type(line)
+            if kind is tuple:
+                chunks += line
+                self.size += sum(map(len, line))
+            else:
+                chunks.append(line if kind is bytes else line.encode("utf-8", "surrogateescape"))
+                self.size += len(line)
             chunks.append(b"\n")
-            self.size += len(line)
         if self.size >= _FLUSH_BYTES:
             self.flush()
 

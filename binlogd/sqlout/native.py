@@ -168,13 +168,20 @@ def row_lines(plan: TablePlan, event: E.RowsEvent, invert: bool) -> list[bytes] 
     return [C.rows(first.image, None, images.data, C.W_DELETE, first.delete, invert)[0]]
 
 
-def comment(query: str | None, raw: memoryview | bytes | None) -> bytes:
+def comment(query: str | None, raw: memoryview | bytes | None) -> bytes | tuple:
     """An ANNOTATE_ROWS or ROWS_QUERY statement as SQL comment lines, UTF-8: ``-- `` before each of its
     lines, a carriage return as a space (``raw``: the statement's bytes as logged, ``RowsQueryEvent.statement``,
     or None; ``query``: the decoder's text of them, or None to have it decoded from raw only when needed). The
     C writer writes raw when it is well-formed UTF-8, which the text is then made of; else the text is written.
+
+    Returns:
+        The lines as bytes, or, when raw is one well-formed UTF-8 line, ``(b"-- ", raw)``: the line as two
+        pieces to be written one after the other, so that a long statement is not copied (nor its copy's
+        memory first touched) on its way out.
     """
     if _speedups and raw is not None:
+        if C.one_line(raw):
+            return b"-- ", raw
         text = C.comment(raw)
         if text is not None:
             return text

@@ -327,8 +327,11 @@ def test_comment_lines(raw) -> None:
     with _mode(False):
         reference = native.comment(query, raw)
     with _mode(True):
-        assert native.comment(query, raw) == reference
+        written = native.comment(query, raw)
+        assert (b"".join(written) if type(written) is tuple else written) == reference
         assert (C.comment(raw) is None) == (query.encode() != raw)
+        assert C.one_line(raw) == (C.comment(raw) is not None and b"\n" not in raw and b"\r" not in raw)
+        assert (type(written) is tuple) == C.one_line(raw)
 
 
 def test_forms_that_do_not_fit_the_plan_are_refused() -> None:
