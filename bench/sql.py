@@ -17,7 +17,8 @@
 
 3. checks binlogd's output holds every row change (INSERT tuples, UPDATE and DELETE statements) and
    exits with status 1 if not;
-4. prints row changes per second of each (from its best round, and the range over the rounds) and the
+4. times binlogd's C row writer alone (:func:`writer_seconds`: the floor of any replay with it);
+5. prints row changes per second of each (from its best round, and the range over the rounds) and the
    ratios binlogd/peer: of the best rounds, and the range of the ratios within each round; and each
    tool's least CPU time (user + system: steadier than wall time on a shared machine) and the ratio of
    those (``--json``: one JSON object).
@@ -97,6 +98,35 @@ def profile(files: list[str], top: int = 25) -> str:
     return out.getvalue()
 
 
+def writer_seconds(files: list[str], rounds: int) -> float | None:
+    """Seconds binlogd's C row writer alone takes for the files' rows, the best of ``rounds``: every call a
+    ``binlogd sql`` replay in this process makes to it (``protocol._sqlrows.rows``), made again with the same
+    inputs in memory, nothing read, decoded or printed. No replay of these files can take less with this
+    writer. None when the C writer is not in use."""
+    from unittest import mock
+
+    from binlogd.cli import main
+    from binlogd.sqlout import native
+
+    if not native.speedups_enabled():
+        return None
+    calls, write = [], native.C.rows
+
+    def recorded(*args):
+        calls.append(args)
+        return write(*args)
+
+    with mock.patch.object(native.C, "rows", recorded), open(os.devnull, "w") as sink, redirect_stdout(sink):
+        main(["sql", *files])
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for args in calls:
+            write(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def measure(files: list[str], rounds: int, env: dict) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall and CPU seconds of each tool in each round (one run of every tool per round, in turn)."""
     peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
@@ -152,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"ROW COUNT MISMATCH: binlogd sql wrote {count_changes(ours)} row changes, the workload made {total}")
             return 1
         seconds, cpu = measure(files, ns.repeat, env)
+        writer = None if ns.pure_python else writer_seconds(files, ns.repeat)
         if ns.profile:
             log(profile(files))
     best = {name: min(s) for name, s in seconds.items()}
@@ -163,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": started.isoformat(timespec="seconds"), "machine": machine(), "row_changes": total,
               "files_bytes": size, "rounds": ns.repeat, "pure_python": ns.pure_python, "seconds": seconds,
               "cpu_seconds": cpu, "rows_per_second": rate, "ratios": ratios, "ratio_ranges_per_round": ratio_ranges,
-              "cpu_ratios": {label: min(cpu[peer]) / min(cpu[ours_]) for label, (ours_, peer) in RATIOS.items()}}
+              "cpu_ratios": {label: min(cpu[peer]) / min(cpu[ours_]) for label, (ours_, peer) in RATIOS.items()},
+              "c_writer_seconds": writer}
     if ns.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -176,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     for label, r in ratios.items():
         lo, hi = ratio_ranges[label]
         print(f"  {label:<40} {r:.2f}x (per round {lo:.2f}-{hi:.2f}x; CPU time {result['cpu_ratios'][label]:.2f}x)")
+    if writer is not None:
+        print(f"  binlogd's C row writer alone (in memory): {writer:.3f} s, {writer / best['mariadb-binlog']:.2f} of "
+              f"mariadb-binlog's whole run, {writer / best['binlogd sql']:.2f} of binlogd sql's")
     return 0
 
 
