@@ -1,6 +1,6 @@
 """SQL-out benchmark (issue 18): ``binlogd sql`` against ``mariadb-binlog`` on the same files.
 
-``python -m bench.sql [--rows N] [--repeat N] [--json] [--pure-python] [--profile] [--keep DIR]``:
+``python -m bench.sql [--rows N] [--repeat N] [--json] [--pure-python] [--installed] [--profile] [--keep DIR]``:
 
 1. starts a throwaway MariaDB (ROW, FULL row image and metadata) and writes bench.decode's workload:
    ``--rows`` inserts in 500-row transactions into a 10-column table, rows/10 updates and rows/20
@@ -23,9 +23,10 @@
    tool's least CPU time (user + system: steadier than wall time on a shared machine) and the ratio of
    those (``--json``: one JSON object).
 
-``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups); ``--profile`` adds one
-binlogd replay in this process under cProfile (top 25 by own time, to stderr); ``--keep DIR`` copies the
-binlog files there.
+``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups); ``--installed`` runs it
+as ``pip install .`` installs it (:func:`bench.info.installed_copy`: no editable finder at start-up);
+``--profile`` adds one binlogd replay in this process under cProfile (top 25 by own time, to stderr);
+``--keep DIR`` copies the binlog files there.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
 from bench.decode import SERVER_ARGS, bytecode_env, machine, write_workload
+from bench.info import installed_copy
 
 DEFAULT_ROWS = 200_000
 _INSERT_TUPLES = re.compile(rb"\),\(")
@@ -127,14 +130,16 @@ def writer_seconds(files: list[str], rounds: int) -> float | None:
     return best
 
 
-def measure(files: list[str], rounds: int, env: dict) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Wall and CPU seconds of each tool in each round (one run of every tool per round, in turn)."""
+def measure(files: list[str], rounds: int, env: dict, binlogd: list[str]) -> tuple[dict[str, list[float]],
+                                                                                  dict[str, list[float]]]:
+    """Wall and CPU seconds of each tool in each round (one run of every tool per round, in turn);
+    ``binlogd`` is the command that runs binlogd."""
     peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
     runs = {
-        "binlogd sql": ([*_binlogd(), "sql", *files], env),
+        "binlogd sql": ([*binlogd, "sql", *files], env),
         "mariadb-binlog": ([peer, "--no-defaults", *files], None),
         "mariadb-binlog -v": ([peer, "--no-defaults", "-v", *files], None),
-        "binlogd sql --flashback": ([*_binlogd(), "sql", "--flashback", "--skip-unsafe", *files], env),
+        "binlogd sql --flashback": ([*binlogd, "sql", "--flashback", "--skip-unsafe", *files], env),
         "mariadb-binlog --flashback": ([peer, "--no-defaults", "--flashback", *files], None),
     }
     seconds: dict[str, list[float]] = {name: [] for name in runs}
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
     ap.add_argument("--pure-python", action="store_true", help="binlogd without its C speedups")
     ap.add_argument("--profile", action="store_true", help="also cProfile one binlogd replay (to stderr)")
+    ap.add_argument("--installed", action="store_true",
+                    help="run binlogd as `pip install .` installs it (bench.info.installed_copy), not editable")
     ap.add_argument("--keep", metavar="DIR", help="copy the workload's binlog files into DIR")
     ns = ap.parse_args(argv)
     if shutil.which("mariadb-binlog") is None and shutil.which("mysqlbinlog") is None:
@@ -164,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON="1" if ns.pure_python else ""))
     started = dt.datetime.now().astimezone()
-    with LocalServer(extra_args=SERVER_ARGS) as srv:
+    with LocalServer(extra_args=SERVER_ARGS) as srv, tempfile.TemporaryDirectory(prefix="bench-sql-") as scratch:
         log(f"server: {srv.flavor} {srv.version} on port {srv.port}")
         conn = srv.connect()
         try:
@@ -177,11 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copy(f, ns.keep)
         size = sum(Path(f).stat().st_size for f in files)
         total = sum(expected.values())
-        ours = subprocess.run([*_binlogd(), "sql", *files], capture_output=True, check=True, env=env).stdout
+        binlogd = list(installed_copy(Path(scratch))) if ns.installed else _binlogd()
+        ours = subprocess.run([*binlogd, "sql", *files], capture_output=True, check=True, env=env).stdout
         if count_changes(ours) != total:
             log(f"ROW COUNT MISMATCH: binlogd sql wrote {count_changes(ours)} row changes, the workload made {total}")
             return 1
-        seconds, cpu = measure(files, ns.repeat, env)
+        seconds, cpu = measure(files, ns.repeat, env, binlogd)
         writer = None if ns.pure_python else writer_seconds(files, ns.repeat)
         if ns.profile:
             log(profile(files))
@@ -192,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                             max(p / o for o, p in zip(seconds[ours_], seconds[peer]))]
                     for label, (ours_, peer) in RATIOS.items()}
     result = {"date": started.isoformat(timespec="seconds"), "machine": machine(), "row_changes": total,
-              "files_bytes": size, "rounds": ns.repeat, "pure_python": ns.pure_python, "seconds": seconds,
+              "files_bytes": size, "rounds": ns.repeat, "pure_python": ns.pure_python,
+              "installed": ns.installed, "seconds": seconds,
               "cpu_seconds": cpu, "rows_per_second": rate, "ratios": ratios, "ratio_ranges_per_round": ratio_ranges,
               "cpu_ratios": {label: min(cpu[peer]) / min(cpu[ours_]) for label, (ours_, peer) in RATIOS.items()},
               "c_writer_seconds": writer}

@@ -1,6 +1,7 @@
 """The change records :func:`binlogd.schema.ddl.parse` returns: what a DDL statement does to tables' columns.
 
-Plain frozen records (:func:`binlogd.protocol.records.record`; no sqlglot types): :mod:`binlogd.schema.catalog` applies them.
+Plain frozen records (:func:`binlogd.protocol.records.record`; no sqlglot types): :mod:`binlogd.schema.catalog`
+applies them.
 """
 
 from __future__ import annotations
