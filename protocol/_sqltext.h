@@ -259,27 +259,18 @@ put_repr(Out *o, double d)
     return r;
 }
 
-/* An integer in decimal: -sv when negative, else uv (two digits at a time). */
+/* An integer in decimal: -sv when negative, else uv. */
 static int
 put_digits(Out *o, int negative, int64_t sv, uint64_t uv)
 {
-    static const char PAIRS[] = "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
-                                "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-    char tmp[20], *t = tmp + sizeof tmp, *w = room(o, 21);
+    char *w = room(o, 21);
     if (w == NULL)
         return -1;
     if (negative) {
         *w++ = '-';
         uv = 0 - (uint64_t)sv;
     }
-    for (; uv >= 100; uv /= 100)
-        memcpy(t -= 2, PAIRS + 2 * (uv % 100), 2);
-    if (uv >= 10)
-        memcpy(t -= 2, PAIRS + 2 * uv, 2);
-    else
-        *--t = (char)('0' + uv);
-    memcpy(w, t, (size_t)(tmp + sizeof tmp - t));
-    o->len = w + (tmp + sizeof tmp - t) - o->s;
+    o->len = put_padded(w, uv, digit_count(uv)) - o->s;
     return 0;
 }
 
