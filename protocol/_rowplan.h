@@ -122,14 +122,23 @@ static const char DIGIT_PAIRS[] = "000102030405060708091011121314151617181920212
                                  "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
                                  "8081828384858687888990919293949596979899";
 
-/* The number of decimal digits of u (1 for 0). */
+/* The number of decimal digits of u (1 for 0): from its bit length where the compiler gives it. */
 static inline int
 digit_count(uint64_t u)
 {
+#if defined(__GNUC__)
+    static const uint64_t TENS[20] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000,
+        UINT64_C(10000000000), UINT64_C(100000000000), UINT64_C(1000000000000), UINT64_C(10000000000000),
+        UINT64_C(100000000000000), UINT64_C(1000000000000000), UINT64_C(10000000000000000),
+        UINT64_C(100000000000000000), UINT64_C(1000000000000000000), UINT64_C(10000000000000000000)};
+    int t = ((64 - __builtin_clzll(u | 1)) * 1233) >> 12;  /* floor(log10(2^bits)): the digits, or one fewer */
+    return t + ((u | 1) >= TENS[t]);
+#else
     int n = 1;
     for (; u >= 10000; u /= 10000)
         n += 4;
     return n + (u >= 10) + (u >= 100) + (u >= 1000);
+#endif
 }
 
 /* The last n digits of u (zeros ahead of its own) at o, two at a time; returns the end. */
