@@ -118,27 +118,53 @@ int_value(const Col *c, const unsigned char *s, int64_t *sv, uint64_t *uv)
 
 /* ------------------------------------------------------------------ text writers */
 
+static const char DIGIT_PAIRS[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                 "8081828384858687888990919293949596979899";
+
+/* The number of decimal digits of u (1 for 0): from its bit length where the compiler gives it. */
+static inline int
+digit_count(uint64_t u)
+{
+#if defined(__GNUC__)
+    static const uint64_t TENS[20] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000,
+        UINT64_C(10000000000), UINT64_C(100000000000), UINT64_C(1000000000000), UINT64_C(10000000000000),
+        UINT64_C(100000000000000), UINT64_C(1000000000000000), UINT64_C(10000000000000000),
+        UINT64_C(100000000000000000), UINT64_C(1000000000000000000), UINT64_C(10000000000000000000)};
+    int t = ((64 - __builtin_clzll(u | 1)) * 1233) >> 12;  /* floor(log10(2^bits)): the digits, or one fewer */
+    return t + ((u | 1) >= TENS[t]);
+#else
+    int n = 1;
+    for (; u >= 10000; u /= 10000)
+        n += 4;
+    return n + (u >= 10) + (u >= 100) + (u >= 1000);
+#endif
+}
+
+/* The last n digits of u (zeros ahead of its own) at o, two at a time; returns the end. */
+static inline char *
+put_padded(char *o, uint64_t u, int n)
+{
+    char *w = o + n;
+    for (; w - o >= 2; u /= 100)
+        memcpy(w -= 2, DIGIT_PAIRS + 2 * (u % 100), 2);
+    if (w > o)
+        *o = (char)('0' + u % 10);
+    return o + n;
+}
+
 /* Python's format(v, "0{width}d"): a sign, then digits zero-padded to width in all. */
 static char *
 put_int(char *o, int64_t v, int width)
 {
-    char tmp[24];
-    int n = 0;
     uint64_t u = (uint64_t)v;
     if (v < 0) {
         *o++ = '-';
         width--;
         u = 0 - u;
     }
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    for (; width > n; width--)
-        *o++ = '0';
-    while (n)
-        *o++ = tmp[--n];
-    return o;
+    int n = digit_count(u);
+    return put_padded(o, u, n > width ? n : width);
 }
 
 /* values._fraction: f".{usec:06d}"[:fsp + 1], nothing for fsp 0. */
@@ -290,57 +316,60 @@ decimal_size(int precision, int scale)
     return intg / 9 * 4 + DIG2BYTES[intg % 9] + scale / 9 * 4 + DIG2BYTES[scale % 9];
 }
 
+/* The digit group of nb bytes (1 to 4) at s + off of a DECIMAL: flipped (mask) when it is negative, the sign bit
+ * of the first byte taken off. */
+static inline uint32_t
+decimal_group(const unsigned char *s, int off, int nb, uint32_t mask)
+{
+    uint32_t x = (uint32_t)be(s + off, nb) ^ (mask >> (32 - 8 * nb));
+    return off == 0 ? x ^ 0x80u << (8 * nb - 8) : x;
+}
+
 /* values.decimal_decoder: exact text with `scale` fraction digits, digit groups range-checked.
  * NULL with EventDecodeError for an out-of-range group. */
 static char *
 put_decimal(char *o, const Col *c, const unsigned char *s)
 {
-    int precision = c->prec, scale = c->arg, intg = precision - scale, size = c->width;
-    unsigned char d[40];            /* at most 30 bytes (DECIMAL(65,0)) */
-    char *start;
+    int precision = c->prec, scale = c->arg, intg = precision - scale;
+    int lead = DIG2BYTES[intg % 9], tail = DIG2BYTES[scale % 9];
     uint32_t groups[16];            /* integer groups (lead first), then fraction groups, tail */
+    uint32_t mask = s[0] & 0x80 ? 0 : 0xFFFFFFFFu, any = 0;
     int ng = 0, nint, k, off = 0;
+    char *start;
 
-    memcpy(d, s, (size_t)size);
-    int negative = !(d[0] & 0x80);
-    if (negative)
-        for (k = 0; k < size; k++)
-            d[k] ^= 0xFF;
-    d[0] &= 0x7F;
-    if (DIG2BYTES[intg % 9]) {
-        groups[ng++] = (uint32_t)be(d, DIG2BYTES[intg % 9]);
-        off = DIG2BYTES[intg % 9];
+    if (lead) {
+        groups[ng++] = decimal_group(s, 0, lead, mask);
+        off = lead;
         if (groups[0] >= POW10[intg % 9])
             goto bad;
     }
     for (k = 0; k < intg / 9 + scale / 9; k++, off += 4) {
-        groups[ng] = (uint32_t)be(d + off, 4);
+        groups[ng] = decimal_group(s, off, 4, mask);
         if (groups[ng++] >= 1000000000u)
             goto bad;
     }
     nint = ng - scale / 9;
-    if (DIG2BYTES[scale % 9]) {
-        groups[ng] = (uint32_t)be(d + off, DIG2BYTES[scale % 9]);
+    if (tail) {
+        groups[ng] = decimal_group(s, off, tail, mask);
         if (groups[ng++] >= POW10[scale % 9])
             goto bad;
     }
-    int zero = 1;
     for (k = 0; k < ng; k++)
-        zero &= groups[k] == 0;
-    if (negative && !(zero && c->flag))
+        any |= groups[k];
+    if (mask && !(any == 0 && c->flag))
         *o++ = '-';
     start = o;
     for (k = 0; k < nint; k++) {     /* the integer part without leading zeros */
         if (o == start && groups[k] == 0)
             continue;
-        o = put_int(o, groups[k], o == start ? 1 : 9);
+        o = o == start ? put_padded(o, groups[k], digit_count(groups[k])) : put_padded(o, groups[k], 9);
     }
     if (o == start)
         *o++ = '0';
     if (scale) {
         *o++ = '.';
         for (k = nint; k < ng; k++)
-            o = put_int(o, groups[k], k < nint + scale / 9 ? 9 : scale % 9);
+            o = put_padded(o, groups[k], k < nint + scale / 9 ? 9 : scale % 9);
     }
     return o;
 bad:

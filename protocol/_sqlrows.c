@@ -152,12 +152,12 @@ put_value(Out *o, const Column *col, const Span *v, int match)
     case F_TEXT: {
         int r;
         if (c->flag)
-            r = put_quoted(o, v->s, v->n);
+            r = put_quoted(o, v->s, v->n, o->readable);  /* v->s is in the rows' data */
         else {  /* another character set: Python decodes it, its text goes out in UTF-8 */
             PyObject *text = PyUnicode_Decode((const char *)v->s, v->n, c->codec, "backslashreplace");
             Py_ssize_t n;
             const char *utf8 = text == NULL ? NULL : PyUnicode_AsUTF8AndSize(text, &n);
-            r = utf8 == NULL ? -1 : put_quoted(o, (const unsigned char *)utf8, n);
+            r = utf8 == NULL ? -1 : put_quoted(o, (const unsigned char *)utf8, n, NULL);
             Py_XDECREF(text);
         }
         return r < 0 || !match ? r : ADD_LITERAL(o, " COLLATE utf8mb4_bin");
@@ -356,7 +356,7 @@ rows(PyObject *module, PyObject *args)
     PyObject *second, *result = NULL;
     Py_buffer data, head;
     int what, reverse;
-    Out o = {NULL, NULL, 0, 0};
+    Out o = {NULL, NULL, 0, 0, NULL};
     Py_ssize_t count = 0;
 
     (void)module;
@@ -375,6 +375,7 @@ rows(PyObject *module, PyObject *args)
         goto done;
     }
     Buf b = {data.buf, data.len, 0};
+    o.readable = b.s + b.len;
     if (put_rows(&o, what, &head, first, pairs ? (Image *)second : NULL, &b, sp, nspans, reverse, &count) == 0) {
         PyObject *text = out_bytes(&o);
         result = text == NULL ? NULL : Py_BuildValue("(Nn)", text, count);
@@ -534,7 +535,7 @@ static PyObject *
 comment(PyObject *module, PyObject *arg)
 {
     Py_buffer raw;
-    Out o = {NULL, NULL, 0, 0};
+    Out o = {NULL, NULL, 0, 0, NULL};
     PyObject *result = NULL;
 
     (void)module;
@@ -602,6 +603,7 @@ PyInit__sqlrows(void)
         {"W_VALUES", W_VALUES}, {"W_DELETE", W_DELETE}, {"W_UPDATE", W_UPDATE}, {"W_UPDATE_SWAPPED", W_UPDATE_SWAPPED},
     };
     init_escape();
+    init_utf8_lead();
     if (load_errors() < 0 || PyType_Ready(&ImageType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);

@@ -12,11 +12,13 @@
 
 /* ------------------------------------------------------------------ output */
 
-/* The output, written straight into a bytes object (o->bytes NULL until the first byte). */
+/* The output, written straight into a bytes object (o->bytes NULL until the first byte); readable: the end
+ * of the input it is written from (put_quoted may read ahead up to it), or NULL. */
 typedef struct {
     PyObject *bytes;
     char *s;
     Py_ssize_t len, cap;
+    const unsigned char *readable;
 } Out;
 
 /* room() when the output must grow: a bytes object of twice the size (64 KiB at first). */
@@ -94,95 +96,127 @@ init_escape(void)
     ESCAPE[0x1a] = 'Z';
 }
 
+/* For each byte that starts a multi-byte UTF-8 character: its length, and the range its second byte must be
+ * in (from lo to lo + span; Unicode's table of well-formed byte sequences). len 0 for the other bytes. */
+static struct { unsigned char len, lo, span; } UTF8_LEAD[256];
+
+static void
+init_utf8_lead(void)
+{
+    for (int c = 0xC2; c <= 0xF4; c++) {
+        UTF8_LEAD[c].len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        UTF8_LEAD[c].lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+        UTF8_LEAD[c].span = (unsigned char)((c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF) - UTF8_LEAD[c].lo);
+    }
+}
+
 /* The length of the well-formed UTF-8 character at s (left bytes there), or 0 when Python's UTF-8
- * decoder would not take it (Unicode's table of well-formed byte sequences). */
-static int
+ * decoder would not take it. */
+static inline int
 utf8_length(const unsigned char *s, Py_ssize_t left)
 {
-    unsigned lead = s[0], lo = 0x80, hi = 0xBF;
-    int len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    if (lead < 0xC2 || lead > 0xF4 || left < len)
+    int len = UTF8_LEAD[s[0]].len;
+    if (len == 0 || left < len || (unsigned char)(s[1] - UTF8_LEAD[s[0]].lo) > UTF8_LEAD[s[0]].span)
         return 0;
-    if (lead == 0xE0)
-        lo = 0xA0;
-    else if (lead == 0xED)
-        hi = 0x9F;
-    else if (lead == 0xF0)
-        lo = 0x90;
-    else if (lead == 0xF4)
-        hi = 0x8F;
-    if (s[1] < lo || s[1] > hi)
+    if (len > 2 && ((s[2] & 0xC0) != 0x80 || (len > 3 && (s[3] & 0xC0) != 0x80)))
         return 0;
-    for (int k = 2; k < len; k++)
-        if ((s[k] & 0xC0) != 0x80)
-            return 0;
     return len;
 }
 
-/* Copies to w the bytes at s (up to stop) that quote() keeps as they are: ASCII but the six it escapes;
- * returns how many. w has room for as many bytes as there are from s to stop. */
+#if defined(__SSE2__)
+/* The 16 bytes at p copied to w; returns a bit for each to look at: below ' ' (the signed compare takes the
+ * bytes that are not ASCII too), ' and \. */
+static inline unsigned
+copy_block(char *w, const unsigned char *p)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    _mm_storeu_si128((__m128i *)w, v);
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpgt_epi8(_mm_set1_epi8(' '), v),
+                                       _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\'')),
+                                                    _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')))));
+}
+#endif
+
+/* Copies to w the bytes at s (from before stop) that quote() keeps as they are: ASCII but the six it escapes,
+ * and well-formed UTF-8 characters (the last may run past stop, up to end); returns how many. Bytes up to
+ * readable (at least end) may be read, not used; w has room for 5 * (stop - s) + 16 bytes. */
 static Py_ssize_t
-copy_plain(char *w, const unsigned char *s, const unsigned char *stop)
+copy_plain(char *w, const unsigned char *s, const unsigned char *stop, const unsigned char *end,
+           const unsigned char *readable)
 {
     const unsigned char *p = s;
 #if defined(__SSE2__)
-    const __m128i nul = _mm_setzero_si128(), nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
-                  sub = _mm_set1_epi8(0x1a), quote = _mm_set1_epi8('\''), backslash = _mm_set1_epi8('\\');
-    for (; stop - p >= 16; p += 16, w += 16) {  /* 16 at a time, copied before they are looked at */
-        __m128i v = _mm_loadu_si128((const __m128i *)p);
-        _mm_storeu_si128((__m128i *)w, v);
-        __m128i special = _mm_or_si128(  /* a byte's top bit is set when it is special or not ASCII */
-            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, nul), _mm_cmpeq_epi8(v, nl)), _mm_cmpeq_epi8(v, cr)),
-            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sub), _mm_cmpeq_epi8(v, quote)), _mm_cmpeq_epi8(v, backslash)));
-        int mask = _mm_movemask_epi8(_mm_or_si128(special, v));
-        if (mask)
-            return p - s + __builtin_ctz((unsigned)mask);
+    for (;;) {  /* 16 at a time, copied before they are looked at */
+        unsigned look = 0;
+        while (stop - p >= 16 && (look = copy_block(w + (p - s), p)) == 0)
+            p += 16;
+        int ahead = 16, next;  /* the block's bytes before stop; where the next block starts */
+        if (stop - p < 16) {  /* the last few, in a block reaching past them */
+            if (p >= stop || readable - p < 16)
+                break;
+            ahead = (int)(stop - p);
+            look = copy_block(w + (p - s), p) & ((1u << ahead) - 1);
+        }
+        for (next = ahead; look; look &= ~0u << next) {
+            int i = __builtin_ctz(look), k = 1;  /* k: the bytes at i kept as they are */
+            if (p[i] < 0x80 ? ESCAPE[p[i]] != 0 : (k = utf8_length(p + i, end - (p + i))) == 0)
+                return p - s + i;
+            if (i + k > ahead) {  /* a character running past the block or stop: its bytes after the block too */
+                for (int j = 16; j < i + k; j++)
+                    w[p - s + j] = (char)p[j];
+                next = i + k;
+                break;
+            }
+            next = i + k;
+        }
+        p += next > ahead ? next : ahead;
     }
 #endif
-    while (p < stop && !ESCAPE[*p])
-        *w++ = (char)*p++;
+    while (p < stop) {
+        int k = 1;
+        if (*p < 0x80 ? ESCAPE[*p] != 0 : (k = utf8_length(p, end - p)) == 0)
+            break;
+        memcpy(w + (p - s), p, (size_t)k);
+        p += k;
+    }
     return p - s;
 }
 
 /* quote() of the text Python decodes from these UTF-8 bytes with backslashreplace: a byte outside a
- * well-formed character is the 4 characters \xNN there, whose backslash quote() doubles. */
+ * well-formed character is the 4 characters \xNN there, whose backslash quote() doubles. The bytes
+ * up to readable (NULL or at least s + n) may be read ahead. */
 static int
-put_quoted(Out *o, const unsigned char *s, Py_ssize_t n)
+put_quoted(Out *o, const unsigned char *s, Py_ssize_t n, const unsigned char *readable)
 {
     static const char HEX[] = "0123456789abcdef";
     const unsigned char *end = s + n;
+    if (readable == NULL)
+        readable = end;
     if (add(o, "'", 1) < 0)
         return -1;
     while (s < end) {
         const unsigned char *stop = end - s > 4096 ? s + 4096 : end;
-        char *w = room(o, 5 * (stop - s) + 4);  /* 5 bytes out per byte in at most; a character may run 3 past stop */
+        char *w = room(o, 5 * (stop - s) + 16);  /* 5 bytes out per byte in at most; 16 copied at once */
         if (w == NULL)
             return -1;
         while (s < stop) {
-            Py_ssize_t plain = copy_plain(w, s, stop);
+            Py_ssize_t plain = copy_plain(w, s, stop, end, readable);
             w += plain;
             s += plain;
-            if (s == stop)
+            if (s >= stop)
                 break;
             unsigned char e = ESCAPE[*s];
-            int k;
             if (e != 1) {
                 *w++ = '\\';
                 *w++ = (char)e;
-                s++;
             }
-            else if ((k = utf8_length(s, end - s)) != 0) {
-                memcpy(w, s, (size_t)k);
-                w += k;
-                s += k;
-            }
-            else {
+            else {  /* not in a well-formed character */
                 memcpy(w, "\\\\x", 3);
                 w[3] = HEX[*s >> 4];
                 w[4] = HEX[*s & 15];
                 w += 5;
-                s++;
             }
+            s++;
         }
         o->len = w - o->s;
     }
@@ -225,27 +259,18 @@ put_repr(Out *o, double d)
     return r;
 }
 
-/* An integer in decimal: -sv when negative, else uv (two digits at a time). */
+/* An integer in decimal: -sv when negative, else uv. */
 static int
 put_digits(Out *o, int negative, int64_t sv, uint64_t uv)
 {
-    static const char PAIRS[] = "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
-                                "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-    char tmp[20], *t = tmp + sizeof tmp, *w = room(o, 21);
+    char *w = room(o, 21);
     if (w == NULL)
         return -1;
     if (negative) {
         *w++ = '-';
         uv = 0 - (uint64_t)sv;
     }
-    for (; uv >= 100; uv /= 100)
-        memcpy(t -= 2, PAIRS + 2 * (uv % 100), 2);
-    if (uv >= 10)
-        memcpy(t -= 2, PAIRS + 2 * uv, 2);
-    else
-        *--t = (char)('0' + uv);
-    memcpy(w, t, (size_t)(tmp + sizeof tmp - t));
-    o->len = w + (tmp + sizeof tmp - t) - o->s;
+    o->len = put_padded(w, uv, digit_count(uv)) - o->s;
     return 0;
 }
 

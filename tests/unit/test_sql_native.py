@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from binlogd.cli import main
 from binlogd.sqlout import native
 from binlogd.sqlout.errors import SqlOutError
-from binlogd.sqlout.literals import literal_kind
+from binlogd.sqlout.literals import literal_kind, quote
 from binlogd.sqlout.rowsql import TablePlan
 from tests.support.paths import CORPUS
 from tests.support.rowfuzz import COLUMN_SPECS, mutate, value_bytes
@@ -269,6 +269,38 @@ def test_text_runs(texts, collation) -> None:
     values = [len(t).to_bytes(2, "little") + t for t in texts]
     reference, written = _one_column_lines(Column(0, T.VARCHAR, 300, collation=collation), values)
     assert written == reference
+
+
+@pytest.mark.parametrize("collation", [45, 8])  # utf8mb4: read in place, 16 bytes at a time; latin1: decoded first
+def test_text_characters_around_blocks(collation) -> None:
+    """Text the C writer copies 16 bytes at a time (reading ahead into the next row's bytes): a multi-byte
+    character at every offset around 16 and 32, running past a block and past the value's end, then a
+    malformed byte, a stray continuation byte, a character cut short, an escaped byte, a tab, or more text."""
+    texts = []
+    for char in ("é", "€", "😀"):
+        c = char.encode()
+        for lead in range(36):
+            for tail in (b"", b"\xff", b"\x80", c[:-1], b"'", b"\x00", b"\t", b"\\", b"z" * 17, c * 9):
+                texts += [b"a" * lead + c + tail, c * (lead // len(c) + 1) + tail, b"'" * lead + c + tail]
+    values = [len(t).to_bytes(2, "little") + t for t in texts]
+    reference, written = _one_column_lines(Column(0, T.VARCHAR, 300, collation=collation), values, "insert")
+    assert written == reference
+
+
+def test_text_read_ahead_is_not_written() -> None:
+    """The 16-byte blocks of a text may reach into the bytes after it (here an INT's): continuation bytes,
+    letters or bytes quote() escapes there change nothing, wherever the text's last character ends."""
+    plan = rowcodec.image_plan((Column(0, T.VARCHAR, 300, nullable=False, name="v", collation=45),
+                                Column(1, T.LONG, 0, nullable=False, unsigned=True, name="n")), [0, 1])
+    image = C.Image(plan, 0, ((C.F_TEXT, b"`v`", None), (C.F_NATIVE, b"`n`", None)), None)
+    for c in ("é".encode(), "€".encode(), "😀".encode()):
+        for lead in range(36):
+            for tail in (b"", b"\xff", c[:-1], c[:1], b"'", b"\t", b"z" * 17):
+                for after in (b"\xa9\xa9\xa9\xa9", b"z\xa9'\x00", b"zz\\\n", c[1:] + b"\x80" * (5 - len(c))):
+                    text = b"a" * lead + c + tail
+                    data = b"\x00" + len(text).to_bytes(2, "little") + text + after
+                    expected = f"INSERT ({quote(text.decode('utf-8', 'backslashreplace'))},{int.from_bytes(after, 'little')});"
+                    assert C.rows(image, None, data, C.W_VALUES, b"INSERT ", False) == (expected.encode(), 1), text
 
 
 @settings(max_examples=400, deadline=None)
