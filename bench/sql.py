@@ -17,7 +17,8 @@
 
 3. checks binlogd's output holds every row change (INSERT tuples, UPDATE and DELETE statements) and
    exits with status 1 if not;
-4. times binlogd's C row writer alone (:func:`writer_seconds`: the floor of any replay with it);
+4. times binlogd's C row writer alone (:func:`writer_seconds`: the floor of any replay with it), and both
+   tools on the range of one transaction, next to a bare ``python -c pass`` (:func:`one_transaction`);
 5. prints row changes per second of each (from its best round, and the range over the rounds) and the
    ratios binlogd/peer: of the best rounds, and the range of the ratios within each round; and each
    tool's least CPU time (user + system: steadier than wall time on a shared machine) and the ratio of
@@ -130,6 +131,25 @@ def writer_seconds(files: list[str], rounds: int) -> float | None:
     return best
 
 
+def one_transaction(files: list[str], rounds: int, env: dict, binlogd: list[str]) -> dict:
+    """Best wall seconds over ``rounds`` of ``binlogd sql`` and ``mariadb-binlog`` on the range of the files'
+    first transaction with rows (a restore's short range: start-up is most of it), and of binlogd's Python
+    starting and doing nothing (``python -c pass``, as binlogd's interpreter starts: the part no Python
+    tool can go below). Returns ``{"rows": …, "seconds": {name: s}}``."""
+    from binlogd.protocol.events import RowsEvent
+
+    from binlogd.sqlout.groups import file_groups
+
+    group = next(g for g in file_groups(files[0], log) if any(isinstance(e, RowsEvent) for e in g.events))
+    rows = sum(len(e.rows) for e in group.events if isinstance(e, RowsEvent))
+    where = [f"--start-position={group.start}", f"--stop-position={group.end}", files[0]]
+    peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
+    runs = {"binlogd sql": ([*binlogd, "sql", *where], env), "mariadb-binlog": ([peer, "--no-defaults", *where], None),
+            "python -c pass": ([binlogd[0] if len(binlogd) > 1 else sys.executable, "-c", "pass"], env)}
+    best = {name: min(timed(cmd, cmd_env)[0] for _ in range(rounds)) for name, (cmd, cmd_env) in runs.items()}
+    return {"rows": rows, "seconds": best}
+
+
 def measure(files: list[str], rounds: int, env: dict, binlogd: list[str]) -> tuple[dict[str, list[float]],
                                                                                   dict[str, list[float]]]:
     """Wall and CPU seconds of each tool in each round (one run of every tool per round, in turn);
@@ -191,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         seconds, cpu = measure(files, ns.repeat, env, binlogd)
         writer = None if ns.pure_python else writer_seconds(files, ns.repeat)
+        short = one_transaction(files, max(ns.repeat, 5), env, binlogd)
         if ns.profile:
             log(profile(files))
     best = {name: min(s) for name, s in seconds.items()}
@@ -204,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
               "installed": ns.installed, "seconds": seconds,
               "cpu_seconds": cpu, "rows_per_second": rate, "ratios": ratios, "ratio_ranges_per_round": ratio_ranges,
               "cpu_ratios": {label: min(cpu[peer]) / min(cpu[ours_]) for label, (ours_, peer) in RATIOS.items()},
-              "c_writer_seconds": writer}
+              "c_writer_seconds": writer, "one_transaction": short}
     if ns.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -217,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, r in ratios.items():
         lo, hi = ratio_ranges[label]
         print(f"  {label:<40} {r:.2f}x (per round {lo:.2f}-{hi:.2f}x; CPU time {result['cpu_ratios'][label]:.2f}x)")
+    print(f"  one transaction ({short['rows']} row changes): " + ", ".join(
+        f"{name} {sec * 1000:.1f} ms" for name, sec in short["seconds"].items()))
     if writer is not None:
         print(f"  binlogd's C row writer alone (in memory): {writer:.3f} s, {writer / best['mariadb-binlog']:.2f} of "
               f"mariadb-binlog's whole run, {writer / best['binlogd sql']:.2f} of binlogd sql's")
