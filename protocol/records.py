@@ -58,6 +58,13 @@ def _none(self) -> tuple:
     return ()
 
 
+class _Slotted:
+    __slots__ = ("slot",)
+
+
+_MEMBER = type(_Slotted.slot)  # the descriptor of a __slots__ entry
+
+
 def _frozen(self, name, value=None):
     raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
@@ -97,9 +104,13 @@ def _first_init(cls: type) -> Callable:
 
 def _compiled_init(cls: type) -> Callable:
     """An ``__init__`` taking ``cls``'s fields in order (defaults and default factories as declared),
-    setting each and calling ``__post_init__`` if the class has one: the one dataclasses would write."""
+    setting each and calling ``__post_init__`` if the class has one: the one dataclasses would write,
+    except that a slot is set through its own descriptor (faster than ``object.__setattr__`` by name)."""
     params, body, names = ["self"], [], {"_set": object.__setattr__, "_MISSING": MISSING}
     for f in fields(cls):
+        slot = cls.__dict__.get(f.name)
+        if type(slot) is _MEMBER:
+            names[f"_s_{f.name}"] = slot.__set__
         if f.default is not MISSING:
             names[f"_d_{f.name}"] = f.default
             params.append(f"{f.name}=_d_{f.name}")
@@ -109,7 +120,7 @@ def _compiled_init(cls: type) -> Callable:
             body.append(f"if {f.name} is _MISSING: {f.name} = _f_{f.name}()")
         else:
             params.append(f.name)
-        body.append(f"_set(self, {f.name!r}, {f.name})")
+        body.append(f"_s_{f.name}(self, {f.name})" if f"_s_{f.name}" in names else f"_set(self, {f.name!r}, {f.name})")
     if hasattr(cls, "__post_init__"):
         body.append("self.__post_init__()")
     source = "\n".join([f"def __init__({', '.join(params)}):", *(f"    {line}" for line in body or ["pass"])])
