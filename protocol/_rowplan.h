@@ -52,6 +52,83 @@ load_errors(void)
 
 /* ------------------------------------------------------------------ bounded reads */
 
+/* The 2, 4 and 8 little- and big-endian bytes at s as integers (one load each where the compiler sees the pattern). */
+static inline uint32_t
+le16(const unsigned char *s)
+{
+    return (uint32_t)s[0] | (uint32_t)s[1] << 8;
+}
+
+static inline uint32_t
+le32(const unsigned char *s)
+{
+    return le16(s) | le16(s + 2) << 16;
+}
+
+static inline uint64_t
+le64(const unsigned char *s)
+{
+    return le32(s) | (uint64_t)le32(s + 4) << 32;
+}
+
+static inline uint32_t
+be16(const unsigned char *s)
+{
+    return (uint32_t)s[0] << 8 | (uint32_t)s[1];
+}
+
+static inline uint32_t
+be32(const unsigned char *s)
+{
+    return be16(s) << 16 | be16(s + 2);
+}
+
+static inline uint64_t
+be64(const unsigned char *s)
+{
+    return (uint64_t)be32(s) << 32 | be32(s + 4);
+}
+
+/* The little-endian integer of the n bytes (0 to 8) at s: no loop for the widths of the row formats. */
+static inline uint64_t
+le(const unsigned char *s, int n)
+{
+    switch (n) {
+    case 1: return s[0];
+    case 2: return le16(s);
+    case 3: return le16(s) | (uint32_t)s[2] << 16;
+    case 4: return le32(s);
+    case 8: return le64(s);
+    default: {
+        uint64_t x = 0;
+        for (int i = n - 1; i >= 0; i--)
+            x = x << 8 | s[i];
+        return x;
+    }
+    }
+}
+
+/* The big-endian integer of the n bytes (0 to 8) at s. */
+static inline uint64_t
+be(const unsigned char *s, int n)
+{
+    switch (n) {
+    case 1: return s[0];
+    case 2: return be16(s);
+    case 3: return be16(s) << 8 | s[2];
+    case 4: return be32(s);
+    case 5: return (uint64_t)be32(s) << 8 | s[4];
+    case 6: return (uint64_t)be32(s) << 16 | be16(s + 4);
+    case 8: return be64(s);
+    default: {
+        uint64_t x = 0;
+        for (int i = 0; i < n; i++)
+            x = x << 8 | s[i];
+        return x;
+    }
+    }
+}
+
 /* The next n bytes, or NULL with EventDecodeError when fewer are left. */
 static const unsigned char *
 take(Buf *b, Py_ssize_t n, const Col *c)
@@ -76,30 +153,11 @@ take_value(Buf *b, const Col *c, Py_ssize_t *n)
         const unsigned char *p = take(b, c->prefix, c);
         if (p == NULL)
             return NULL;
-        uint64_t x = 0;
-        for (int i = c->prefix - 1; i >= 0; i--)
-            x = x << 8 | p[i];
+        /* prefix is 1 to 4: 4 bytes read and the ones past it masked off when they are in the data */
+        uint64_t x = b->s + b->len - p >= 4 ? le32(p) & 0xFFFFFFFFu >> (32 - 8 * c->prefix) : le(p, c->prefix);
         *n = x > (uint64_t)PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)x;
     }
     return *n >= 0 ? take(b, *n, c) : none;
-}
-
-static uint64_t
-le(const unsigned char *s, int n)
-{
-    uint64_t x = 0;
-    for (int i = n - 1; i >= 0; i--)
-        x = x << 8 | s[i];
-    return x;
-}
-
-static uint64_t
-be(const unsigned char *s, int n)
-{
-    uint64_t x = 0;
-    for (int i = 0; i < n; i++)
-        x = x << 8 | s[i];
-    return x;
 }
 
 /* A little-endian integer of c->width bytes as unsigned, or (c->arg) sign-extended. */

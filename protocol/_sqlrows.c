@@ -557,9 +557,7 @@ one_line(PyObject *module, PyObject *arg)
     (void)module;
     if (!PyArg_Parse(arg, "y*:one_line", &raw))
         return NULL;
-    const unsigned char *s = raw.buf;
-    size_t n = (size_t)raw.len;
-    int yes = utf8_prefix(s, raw.len) == raw.len && memchr(s, '\n', n) == NULL && memchr(s, '\r', n) == NULL;
+    int yes = utf8_line(raw.buf, raw.len);
     PyBuffer_Release(&raw);
     return PyBool_FromLong(yes);
 }

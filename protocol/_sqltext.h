@@ -96,9 +96,10 @@ init_escape(void)
     ESCAPE[0x1a] = 'Z';
 }
 
-/* For each byte that starts a multi-byte UTF-8 character: its length, and the range its second byte must be
- * in (from lo to lo + span; Unicode's table of well-formed byte sequences). len 0 for the other bytes. */
-static struct { unsigned char len, lo, span; } UTF8_LEAD[256];
+/* For each byte that starts a multi-byte UTF-8 character: its length, the range its second byte must be in
+ * (from lo to lo + span; Unicode's table of well-formed byte sequences), and 0xC0 in more3 and more4 when it has
+ * a third and a fourth byte (each then 10xxxxxx). len 0 for the other bytes. */
+static struct { unsigned char len, lo, span, more3, more4; } UTF8_LEAD[256];
 
 static void
 init_utf8_lead(void)
@@ -107,6 +108,8 @@ init_utf8_lead(void)
         UTF8_LEAD[c].len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
         UTF8_LEAD[c].lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
         UTF8_LEAD[c].span = (unsigned char)((c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF) - UTF8_LEAD[c].lo);
+        UTF8_LEAD[c].more3 = c >= 0xE0 ? 0xC0 : 0;
+        UTF8_LEAD[c].more4 = c >= 0xF0 ? 0xC0 : 0;
     }
 }
 
@@ -121,6 +124,17 @@ utf8_length(const unsigned char *s, Py_ssize_t left)
     if (len > 2 && ((s[2] & 0xC0) != 0x80 || (len > 3 && (s[3] & 0xC0) != 0x80)))
         return 0;
     return len;
+}
+
+/* utf8_length() with at least 4 bytes readable at s (the ones after the character are not used): the bytes
+ * are checked together, without a branch on the character's length. */
+static inline int
+utf8_length4(const unsigned char *s)
+{
+    const unsigned char c = s[0];
+    int bad = ((unsigned char)(s[1] - UTF8_LEAD[c].lo) > UTF8_LEAD[c].span)
+              | (((s[2] ^ 0x80) & UTF8_LEAD[c].more3) != 0) | (((s[3] ^ 0x80) & UTF8_LEAD[c].more4) != 0);
+    return bad ? 0 : UTF8_LEAD[c].len;
 }
 
 #if defined(__SSE2__)
@@ -320,35 +334,83 @@ put_hex(Out *o, const unsigned char *s, Py_ssize_t n, Py_ssize_t pad)
 /* ------------------------------------------------------------------ comment lines */
 
 
-/* How many ASCII bytes s starts with (n at most). */
-static Py_ssize_t
-ascii_length(const unsigned char *s, Py_ssize_t n)
-{
-    Py_ssize_t k = 0;
 #if defined(__SSE2__)
-    for (; n - k >= 16; k += 16) {
-        int mask = _mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(s + k)));
-        if (mask)
-            return k + __builtin_ctz((unsigned)mask);
+/* A bit for each of the 16 bytes at p to look at: the bytes that are not ASCII and, when lines, the bytes
+ * below 14, where CR and LF are (one signed compare takes both; a tab or another control byte is then
+ * looked at and passed over). */
+static inline unsigned
+utf8_block(const unsigned char *p, int lines)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    return (unsigned)_mm_movemask_epi8(lines ? _mm_cmpgt_epi8(_mm_set1_epi8(14), v) : v);
+}
+
+/* utf8_block() of the 64 bytes at p. */
+static inline uint64_t
+utf8_block64(const unsigned char *p, int lines)
+{
+    return (uint64_t)utf8_block(p, lines) | (uint64_t)utf8_block(p + 16, lines) << 16
+           | (uint64_t)utf8_block(p + 32, lines) << 32 | (uint64_t)utf8_block(p + 48, lines) << 48;
+}
+
+/* The characters at the bits of look (from utf8_block() of the width bytes at p) checked: where the text after
+ * the block starts (width, or after a character running past it), or -1 - i when the byte at i is not in
+ * well-formed UTF-8 or is a CR or LF. */
+static inline int
+utf8_chars(const unsigned char *p, uint64_t look, int width, const unsigned char *end)
+{
+    int next = width;
+    while (look) {
+        int i = __builtin_ctzll(look), k = 1;  /* k: the bytes of the character at i */
+        if (p[i] < 0x80 ? p[i] == '\n' || p[i] == '\r'
+                        : (k = end - (p + i) >= 4 ? utf8_length4(p + i) : utf8_length(p + i, end - (p + i))) == 0)
+            return -1 - i;
+        if ((next = i + k) >= width)
+            return next;
+        look &= ~(uint64_t)0 << next;
+    }
+    return width;
+}
+#endif
+
+/* The length of the well-formed UTF-8 text at the start of s (n bytes), or, when lines, of its well-formed
+ * text before a CR or LF: n when it is all such text. */
+static inline Py_ssize_t
+utf8_scan(const unsigned char *s, Py_ssize_t n, int lines)
+{
+    const unsigned char *p = s, *end = s + n;
+#if defined(__SSE2__)
+    for (int width = 64; width >= 16; width -= 48) {  /* 64 bytes at a time, then 16 */
+        while (end - p >= width) {
+            uint64_t look = width == 64 ? utf8_block64(p, lines) : utf8_block(p, lines);
+            int next = look ? utf8_chars(p, look, width, end) : width;
+            if (next < 0)
+                return p - s + (-1 - next);
+            p += next;
+        }
     }
 #endif
-    while (k < n && s[k] < 0x80)
-        k++;
-    return k;
+    while (p < end) {
+        int k = 1;
+        if (*p < 0x80 ? lines && (*p == '\n' || *p == '\r') : (k = utf8_length(p, end - p)) == 0)
+            break;
+        p += k;
+    }
+    return p - s;
 }
 
 /* The length of the well-formed UTF-8 text at the start of s: all of it when it is all such text. */
 static Py_ssize_t
 utf8_prefix(const unsigned char *s, Py_ssize_t n)
 {
-    Py_ssize_t k = 0;
-    while ((k += ascii_length(s + k, n - k)) < n) {
-        int len = utf8_length(s + k, n - k);
-        if (len == 0)
-            break;
-        k += len;
-    }
-    return k;
+    return utf8_scan(s, n, 0);
+}
+
+/* Whether s (n bytes) is well-formed UTF-8 without a CR or LF. */
+static int
+utf8_line(const unsigned char *s, Py_ssize_t n)
+{
+    return utf8_scan(s, n, 1) == n;
 }
 
 /* Appends the comment lines of the UTF-8 text s (n bytes): '-- ' before each line, a carriage return as a space.

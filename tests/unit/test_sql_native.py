@@ -366,6 +366,53 @@ def test_comment_lines(raw) -> None:
         assert (type(written) is tuple) == C.one_line(raw)
 
 
+# Well-formed characters at the ends of Unicode's ranges, every kind of byte sequence Python's UTF-8 decoder
+# refuses (stray continuation bytes, C0/C1 and other overlongs, surrogates, above U+10FFFF, F5..FF, characters
+# cut short by an ASCII byte), and the bytes one_line() looks at besides: CR, LF, a tab, NUL.
+_UTF8_PIECES = ["é", "€", "😀", "\x80", "\u07ff", "\u0800", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0010ffff"]
+_UTF8_PIECES = [c.encode() for c in _UTF8_PIECES] + [
+    b"\x80", b"\xbf", b"\xc0\xaf", b"\xc1\xbf", b"\xc2\x7f", b"\xc2\xc0", b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xe1\x7f\x80",
+    b"\xe1\x80\x7f", b"\xe1\x80\xc0", b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xef\xbf", b"\xf0\x80\x80\x80",
+    b"\xf0\x8f\xbf\xbf", b"\xf0\x90\x80\x7f", b"\xf0\x90\x80", b"\xf4\x90\x80\x80", b"\xf4\x8f\xbf\xc0", b"\xf5\x80\x80\x80",
+    b"\xf8\x88\x80\x80\x80", b"\xfe", b"\xff", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xe2\x82a", b"\xf0\x9f\x98a",
+    b"\r", b"\n", b"\r\n", b"\t", b"\x00", b"\x0b\x0c\x0e"]
+
+
+def _one_line(raw: bytes) -> bool:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return "\n" not in text and "\r" not in text
+
+
+def test_one_line_and_comment_around_blocks() -> None:
+    """one_line() and comment() of text looked at 64 and 16 bytes at a time: each piece at every offset around
+    the blocks' ends (16, 32, 64, 128), after ASCII or after multi-byte characters (which then run past a
+    block), followed by nothing (a character cut short by the end), by ASCII or by more characters."""
+    checked = 0
+    for piece in _UTF8_PIECES:
+        for lead in [*range(0, 72), *range(110, 132)]:
+            whole = ("ß€" * lead).encode()[:lead].decode("utf-8", "ignore").encode()  # whole characters
+            for before in (b"a" * lead, whole, ("€" * lead).encode()[:lead]):
+                for after in (b"", b"z", b"z" * 17, b"z" * 70, "€".encode() * 23, piece, b"\t" * 3):
+                    raw = before + piece + after
+                    expected = _one_line(raw)
+                    assert C.one_line(raw) is expected, raw
+                    # not at the start of a bytes object, and followed by continuation bytes not to be read
+                    inside = memoryview(b"." + raw + b"\x80\x80\x80")[1:-3]
+                    assert C.one_line(inside) is expected, raw
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        assert C.comment(raw) is None and C.comment(inside) is None, raw
+                    else:
+                        lines = ("-- " + text.replace("\r", " ").replace("\n", "\n-- ")).encode()
+                        assert C.comment(raw) == lines and C.comment(inside) == lines, raw
+                    checked += 1
+    assert checked > 40000
+
+
 def test_forms_that_do_not_fit_the_plan_are_refused() -> None:
     plan = rowcodec.image_plan((Column(0, T.LONG, 0, unsigned=False, name="a"),), [0])
     for form in [(C.F_TEXT, b"`a`", None), (C.F_CALL, b"`a`", (str, str)), (C.F_NATIVE, "`a`", None), (99, b"", None)]:
