@@ -14,6 +14,16 @@
  * Takes events from start while each one is skimmable (see protocol/skim.py) and returns
  * (stop, next_position, last_timestamp, bytes, {type code: count}). Never raises for the
  * events' contents: it stops before the first event it does not take.
+ *
+ * frame(view, crc_len, crc32): protocol.decoder.Decoder._frame's checks of one complete event with a
+ *   v4 (19-byte) header, for a decoder past its FDE (no type renumbering, not encrypted).
+ *   view: a memoryview of the event's bytes (one byte per item).
+ *   crc_len: 4 when the event ends with a CRC32, else 0; crc32: as for skim_run.
+ * Returns the header's fields (timestamp, type_code, server_id, event_length, next_position, flags)
+ * when its length field equals len(view), the view has room for the header and crc_len bytes, and
+ * the CRC32 matches (when crc32 is given); None otherwise, and for FORMAT_DESCRIPTION and START_V3
+ * (whose checksums the decoder handles its own way), so that the caller's Python check runs and
+ * raises its error. Never raises for the event's contents (only an exception of crc32 propagates).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +32,8 @@
 
 #define HEADER_LEN 19
 #define ARTIFICIAL_F 0x20
+#define START_V3 1
+#define FORMAT_DESCRIPTION 15
 
 static uint32_t
 u32le(const unsigned char *p)
@@ -129,6 +141,62 @@ skim_run(PyObject *self, PyObject *args)
     return Py_BuildValue("nKKKN", i, expect, last_ts, nbytes, by_type);
 }
 
+/* The tuple (timestamp, type_code, server_id, event_length, next_position, flags) of the v4 header at p;
+ * NULL with an exception set when out of memory. */
+static PyObject *
+header_fields(const unsigned char *p)
+{
+    unsigned long values[6] = {u32le(p), p[4], u32le(p + 5), u32le(p + 9), u32le(p + 13), p[17] | (p[18] << 8)};
+    PyObject *out = PyTuple_New(6);
+    for (int i = 0; out != NULL && i < 6; i++) {
+        PyObject *value = PyLong_FromUnsignedLong(values[i]);
+        if (value == NULL)
+            Py_CLEAR(out);
+        else
+            PyTuple_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
+static PyObject *
+frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyMemoryView_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "frame(view, crc_len, crc32) takes a memoryview, an int and a callable");
+        return NULL;
+    }
+    Py_ssize_t crc_len = PyLong_AsSsize_t(args[1]);
+    if (crc_len == -1 && PyErr_Occurred())
+        return NULL;
+    if (crc_len != 0 && crc_len != 4) {
+        PyErr_SetString(PyExc_ValueError, "crc_len must be 0 or 4");
+        return NULL;
+    }
+    PyObject *crc32 = args[2];
+    const Py_buffer *mv = PyMemoryView_GET_BUFFER(args[0]);
+    if (mv->ndim != 1 || mv->itemsize != 1)  /* len(view) would not count bytes: the Python check decides */
+        Py_RETURN_NONE;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) {  /* released or not contiguous */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    const unsigned char *p = buf.buf;
+    Py_ssize_t n = buf.len;
+    int take = n >= HEADER_LEN + crc_len && u32le(p + 9) == (unsigned long long)n && p[4] != START_V3
+               && p[4] != FORMAT_DESCRIPTION;
+    if (take && crc_len && crc32 != Py_None) {
+        take = crc_ok(crc32, p, n);
+        if (take < 0) {
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+    }
+    PyObject *out = take ? header_fields(p) : Py_NewRef(Py_None);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 static PyObject *
 ok_payloads(PyObject *self, PyObject *args)
 {
@@ -165,6 +233,9 @@ ok_payloads(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"ok_payloads", ok_payloads, METH_VARARGS,
      PyDoc_STR("ok_payloads(view, pos, end, limit, max_packet) -> (payloads, pos); see protocol/packet.py.")},
+    {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
+     PyDoc_STR("frame(view, crc_len, crc32) -> (timestamp, type_code, server_id, event_length, next_position, "
+               "flags) or None; see protocol/decoder.py.")},
     {"skim_run", skim_run, METH_VARARGS,
      PyDoc_STR("skim_run(events, start, end, table, crc_len, crc32, expect) -> "
                "(stop, next_position, last_timestamp, bytes, counts); see protocol/skim.py.")},
@@ -173,7 +244,9 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, .m_name = "binlogd.protocol._skim",
-    .m_doc = "The raw path's loops in C (protocol.skim.skim_run, BufferedPacketReader.next_ok_payloads).", .m_size = -1, .m_methods = methods,
+    .m_doc = "The raw path's loops in C (protocol.skim.skim_run, BufferedPacketReader.next_ok_payloads) "
+             "and Decoder.decode's frame check.",
+    .m_size = -1, .m_methods = methods,
 };
 
 PyMODINIT_FUNC

@@ -15,11 +15,19 @@ from dataclasses import replace
 
 from . import bodies as B
 from . import events as E
+from . import speedups
 from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
 from .errors import ChecksumError, EventDecodeError, ProtocolError
 from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
 from .rows import ROWS_TYPES, decode_rows, undecoded_rows
+
+try:  # Decoder.decode's frame check in C, when built and not turned off (BINLOGD_PURE_PYTHON=1)
+    from ._skim import frame as _frame_c
+except ImportError:  # not built: _frame's Python checks do the same
+    _frame_c = None
+if not speedups.ENABLED:
+    _frame_c = None
 
 TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:  # imported at the first TABLE_MAP (binlogd info decodes none), and by decoders without rows
@@ -149,6 +157,8 @@ class Decoder:
         self._hidden_vectors = False  # MariaDB 11.7+: VECTOR columns are logged as binary VARCHARs
         self._table_cache: dict[bytes, list] = {}
         self._skim_table: tuple[bytes, bytes] | None = None  # (post-header lengths, skim table for them)
+        # _skim.frame, or None to check every frame in Python (_frame); decode takes it only where both agree
+        self._frame_c = _frame_c
         self._skim = None
         if not rows:
             from . import skim  # skim_run's check, for decoders without rows only
@@ -256,7 +266,19 @@ class Decoder:
             ChecksumError, EventDecodeError, ProtocolError: each naming ``pos``.
         """
         view = memoryview(data)
-        header, alg, end = self._frame(view, pos)
+        fields = None
+        # The C check of _frame's common case: a v4 header after an FDE, no renumbering, not encrypted
+        # (it returns None for FORMAT_DESCRIPTION, START_V3 and any event _frame would reject).
+        if self._frame_c is not None and self.fde is not None and self.header_len == 19 \
+                and self.encrypted_at is None and not self._type_permutation:
+            alg = self.checksum_alg
+            crc_len = 4 if alg == CHECKSUM_CRC32 else 0
+            fields = self._frame_c(view, crc_len, crc32 if crc_len and self.verify_checksums else None)
+        if fields is not None:
+            header = E.EventHeader(*fields, pos)
+            end = len(view) - crc_len
+        else:
+            header, alg, end = self._frame(view, pos)
         tc = header.type_code
         body = view[self.header_len:end]
         try:

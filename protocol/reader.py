@@ -67,9 +67,15 @@ def iter_events(data, decoder: Decoder | None = None, start: int = 4, stop: int 
     if check_file_magic:
         check_magic(view)
     pos = 4 if check_file_magic else 0
-    end = len(view) if stop is None else min(stop, len(view))
+    size = len(view)
+    end = size if stop is None else min(stop, size)
+    unpack_length = U32.unpack_from
     while pos < end:
-        length = event_bounds(view, pos, decoder.header_len)
+        # event_bounds' common case inline (a whole event, its length field past a 19-byte header's
+        # room); anything else goes to it, for its result or its error.
+        length = unpack_length(view, pos + _LENGTH_AT)[0] if size - pos >= 19 else 0
+        if not decoder.header_len <= length <= size - pos:
+            length = event_bounds(view, pos, decoder.header_len)
         if length is None:
             raise TruncatedError(f"binlog ends inside the event at offset {pos} "
                                  f"({len(view) - pos} of {_declared(view, pos, decoder)} bytes present)", pos)
