@@ -12,5 +12,5 @@ _PLAN = ["protocol/_rowplan.h"]
 setup(ext_modules=[Extension("binlogd.protocol._rowimage", ["protocol/_rowimage.c"], depends=_PLAN, optional=True),
                    Extension("binlogd.protocol._jsonrows", ["protocol/_jsonrows.c"], depends=_PLAN, optional=True),
                    Extension("binlogd.protocol._skim", ["protocol/_skim.c"], optional=True),
-                   Extension("binlogd.protocol._sqlrows", ["protocol/_sqlrows.c"],
-                             depends=[*_PLAN, "protocol/_sqltext.h", "protocol/_shortest.h"], optional=True)])
+                   Extension("binlogd.protocol._sqlrows", ["protocol/_sqlrows.c"], optional=True,
+                             depends=[*_PLAN, "protocol/_sqltext.h", "protocol/_sqlimage.h", "protocol/_shortest.h"])])

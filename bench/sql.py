@@ -104,9 +104,9 @@ def profile(files: list[str], top: int = 25) -> str:
 
 def writer_seconds(files: list[str], rounds: int) -> float | None:
     """Seconds binlogd's C row writer alone takes for the files' rows, the best of ``rounds``: every call a
-    ``binlogd sql`` replay in this process makes to it (``protocol._sqlrows.rows``), made again with the same
-    inputs in memory, nothing read, decoded or printed. No replay of these files can take less with this
-    writer. None when the C writer is not in use."""
+    ``binlogd sql`` replay in this process makes to it (``protocol._sqlrows.rows`` and ``rows_events``), made
+    again with the same inputs in memory, nothing else read, decoded or printed. No replay of these files can
+    take less with this writer. None when the C writer is not in use."""
     from unittest import mock
 
     from binlogd.cli import main
@@ -114,18 +114,22 @@ def writer_seconds(files: list[str], rounds: int) -> float | None:
 
     if not native.speedups_enabled():
         return None
-    calls, write = [], native.C.rows
+    calls = []
 
-    def recorded(*args):
-        calls.append(args)
-        return write(*args)
+    def recorder(write):
+        def recorded(*args):
+            calls.append((write, args))
+            return write(*args)
+        return recorded
 
-    with mock.patch.object(native.C, "rows", recorded), open(os.devnull, "w") as sink, redirect_stdout(sink):
+    with mock.patch.object(native.C, "rows", recorder(native.C.rows)), \
+            mock.patch.object(native.C, "rows_events", recorder(native.C.rows_events)), \
+            open(os.devnull, "w") as sink, redirect_stdout(sink):
         main(["sql", *files])
     best = float("inf")
     for _ in range(rounds):
         t0 = time.perf_counter()
-        for args in calls:
+        for write, args in calls:
             write(*args)
         best = min(best, time.perf_counter() - t0)
     return best

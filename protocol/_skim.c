@@ -23,7 +23,15 @@
  * when its length field equals len(view), the view has room for the header and crc_len bytes, and
  * the CRC32 matches (when crc32 is given); None otherwise, and for FORMAT_DESCRIPTION and START_V3
  * (whose checksums the decoder handles its own way), so that the caller's Python check runs and
- * raises its error. Never raises for the event's contents (only an exception of crc32 propagates).
+ * raises its error. Never raises for the event's contents (only an exception of crc32 propagates). *
+ * rows_like(view, pos, first, head_len, crc_len, crc32, limit): protocol.decoder.Decoder.rows_like.
+ *   view: a memoryview of a whole file (or stream) of events with v4 (19-byte) headers; first: the
+ *   offset in it of a rows event already decoded, whose row images start head_len bytes in.
+ * Takes the events from pos while each is whole in the view, has rows (more than head_len + crc_len bytes),
+ * has first's timestamp, type code, server id and flags, the same head_len - 19 bytes after its header
+ * (table id, flags, extra data, width, columns-present bitmaps), and a matching CRC32 (when crc32 is
+ * given); stops before the first other one, or once limit bytes are taken. Returns (stop, count).
+ * Never raises for the events' contents (only an exception of crc32 propagates).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -198,6 +206,46 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
+rows_like(PyObject *self, PyObject *args)
+{
+    PyObject *view, *crc32;
+    Py_ssize_t pos, first, head_len, crc_len, limit, count = 0;
+    if (!PyArg_ParseTuple(args, "O!nnnnOn", &PyMemoryView_Type, &view, &pos, &first, &head_len, &crc_len, &crc32,
+                          &limit))
+        return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(view, &buf, PyBUF_SIMPLE) < 0)  /* raises for a released view */
+        return NULL;
+    const unsigned char *p = buf.buf, *t = p + first;
+    Py_ssize_t size = buf.len, taken = 0;
+    if (first < 0 || head_len < HEADER_LEN || first > size - head_len || pos < 0 || (crc_len != 0 && crc_len != 4)) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "rows_like: first and head_len must lie within the view, crc_len be 0 or 4");
+        return NULL;
+    }
+    while (taken < limit && size - pos >= HEADER_LEN) {
+        const unsigned char *e = p + pos;
+        Py_ssize_t n = u32le(e + 9);
+        if (n <= head_len + crc_len || n > size - pos || memcmp(e, t, 9) || memcmp(e + 17, t + 17, head_len - 17))
+            break;
+        if (crc_len && crc32 != Py_None) {
+            int ok = crc_ok(crc32, e, n);
+            if (ok < 0) {
+                PyBuffer_Release(&buf);
+                return NULL;
+            }
+            if (!ok)
+                break;
+        }
+        pos += n;
+        taken += n;
+        count++;
+    }
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("nn", pos, count);
+}
+
+static PyObject *
 ok_payloads(PyObject *self, PyObject *args)
 {
     PyObject *view;
@@ -236,6 +284,9 @@ static PyMethodDef methods[] = {
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      PyDoc_STR("frame(view, crc_len, crc32) -> (timestamp, type_code, server_id, event_length, next_position, "
                "flags) or None; see protocol/decoder.py.")},
+    {"rows_like", rows_like, METH_VARARGS,
+     PyDoc_STR("rows_like(view, pos, first, head_len, crc_len, crc32, limit) -> (stop, count); "
+               "see protocol/decoder.py.")},
     {"skim_run", skim_run, METH_VARARGS,
      PyDoc_STR("skim_run(events, start, end, table, crc_len, crc32, expect) -> "
                "(stop, next_position, last_timestamp, bytes, counts); see protocol/skim.py.")},
@@ -245,7 +296,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, .m_name = "binlogd.protocol._skim",
     .m_doc = "The raw path's loops in C (protocol.skim.skim_run, BufferedPacketReader.next_ok_payloads) "
-             "and Decoder.decode's frame check.",
+             "and Decoder.decode's frame check and rows_like.",
     .m_size = -1, .m_methods = methods,
 };
 

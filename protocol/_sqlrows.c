@@ -1,5 +1,6 @@
 /* protocol._sqlrows: optional C writer of row images as SQL text (see binlogd/sqlout/native.py). */
 #include "_sqltext.h"
+#include "_sqlimage.h"
 #include <stddef.h>
 
 PyDoc_STRVAR(module_doc,
@@ -28,7 +29,10 @@ PyDoc_STRVAR(module_doc,
 "where(image) is ' WHERE ' + the key's `c`=v joined by ' AND ', or without a key every column's\n"
 "`c`<=>v (match form) joined by ' AND ' and ' LIMIT 1'; sets(image) is `c`=v joined by ','.\n"
 "reverse writes the rows last first. Every value of every row is decoded and checked as\n"
-"protocol._rowimage decodes it, written or not: what it rejects raises the same kind of error.\n"
+"protocol._rowimage decodes it, written or not: what it rejects raises the same kind of error.\n""rows_events(first, second, view, start, stop, head_len, crc_len, what, head, reverse) -> (bytes, rows)\n"
+"is rows() of each rows event in view[start:stop] (events one after another, by their length fields),\n"
+"whose row images are its bytes from head_len to crc_len before its end, with a newline between two\n"
+"events' statements; reverse writes the events last first (their rows last first).\n"
 "\n"
 "load_powers(pow5, inv) -> bool loads the powers of 5 DOUBLE and FLOAT are written with, without Python's\n"
 "repr() (16-byte little-endian integers: for i < 326, 5^i in its top 125 bits; for q < 292,\n"
@@ -39,24 +43,7 @@ PyDoc_STRVAR(module_doc,
 "one_line(raw) -> bool: whether raw is well-formed UTF-8 without a newline or carriage return (its\n"
 "comment is then '-- ' + raw).");
 
-enum { F_NATIVE, F_FLOAT32, F_TEXT, F_HEX, F_CALL };
 enum { W_VALUES, W_DELETE, W_UPDATE, W_UPDATE_SWAPPED };
-
-typedef struct {
-    Col c;                 /* how the value is read: the plan entry */
-    int form, pad;         /* how it is written; F_HEX: zero bytes up to pad */
-    PyObject *name;        /* bytes: `name` */
-    PyObject *names;       /* F_NATIVE ENUM/SET: tuple of bytes, or None */
-    PyObject *render, *match;  /* F_CALL */
-} Column;
-
-typedef struct {
-    PyObject_VAR_HEAD      /* ob_size: number of columns */
-    Py_ssize_t nbytes;     /* null bitmap bytes */
-    Py_ssize_t nkey;       /* positions in key; -1: the image does not hold the key */
-    Py_ssize_t *key;
-    Column cols[];
-} Image;
 
 /* One value of a row: its bytes (s NULL for SQL NULL) and, for F_CALL, its Python value. */
 typedef struct {
@@ -347,186 +334,105 @@ done:
     return r;
 }
 
-static PyTypeObject ImageType;
+/* (bytes, rows): every row of the events' row images, base + spans[2i] for spans[2i + 1] bytes each, one
+ * event after another with a newline between (reverse: the last event first, its rows last first). */
+static PyObject *
+write_events(Image *first, PyObject *second, int what, const Py_buffer *head, int reverse,
+             const unsigned char *base, const Py_ssize_t *spans, Py_ssize_t nevents)
+{
+    int pairs = what == W_UPDATE || what == W_UPDATE_SWAPPED;
+    if (what < W_VALUES || what > W_UPDATE_SWAPPED || (pairs ? !PyObject_TypeCheck(second, &ImageType)
+                                                             : second != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "an unknown what, or second not an Image for updates and None else");
+        return NULL;
+    }
+    Py_ssize_t nspans = Py_SIZE(first) + (pairs ? Py_SIZE(second) : 0), total = 0;
+    Span *sp = PyMem_Calloc((size_t)nspans + 1, sizeof(Span));
+    if (sp == NULL)
+        return PyErr_NoMemory();
+    Out o = {NULL, NULL, 0, 0, NULL};
+    PyObject *result = NULL;
+    Py_ssize_t k = 0;
+    for (; k < nevents; k++) {
+        Py_ssize_t i = reverse ? nevents - 1 - k : k, count = 0;
+        Buf b = {base + spans[2 * i], spans[2 * i + 1], 0};
+        o.readable = b.s + b.len;
+        if ((k && add(&o, "\n", 1) < 0)
+            || put_rows(&o, what, head, first, pairs ? (Image *)second : NULL, &b, sp, nspans, reverse, &count) < 0)
+            break;
+        total += count;
+    }
+    if (k == nevents) {
+        PyObject *text = out_bytes(&o);
+        result = text == NULL ? NULL : Py_BuildValue("(Nn)", text, total);
+    }
+    PyMem_Free(sp);
+    Py_XDECREF(o.bytes);
+    return result;
+}
 
 static PyObject *
 rows(PyObject *module, PyObject *args)
 {
     Image *first;
-    PyObject *second, *result = NULL;
+    PyObject *second;
     Py_buffer data, head;
     int what, reverse;
-    Out o = {NULL, NULL, 0, 0, NULL};
-    Py_ssize_t count = 0;
 
     (void)module;
     if (!PyArg_ParseTuple(args, "O!Oy*iy*p:rows", &ImageType, &first, &second, &data, &what, &head, &reverse))
         return NULL;
-    int pairs = what == W_UPDATE || what == W_UPDATE_SWAPPED;
-    if (what < W_VALUES || what > W_UPDATE_SWAPPED || (pairs ? !PyObject_TypeCheck(second, &ImageType)
-                                                             : second != Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "rows: an unknown what, or second not an Image for updates and None else");
-        goto done;
-    }
-    Py_ssize_t nspans = Py_SIZE(first) + (pairs ? Py_SIZE(second) : 0);
-    Span *sp = PyMem_Calloc((size_t)nspans + 1, sizeof(Span));
-    if (sp == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Buf b = {data.buf, data.len, 0};
-    o.readable = b.s + b.len;
-    if (put_rows(&o, what, &head, first, pairs ? (Image *)second : NULL, &b, sp, nspans, reverse, &count) == 0) {
-        PyObject *text = out_bytes(&o);
-        result = text == NULL ? NULL : Py_BuildValue("(Nn)", text, count);
-    }
-    PyMem_Free(sp);
-done:
-    Py_XDECREF(o.bytes);
+    Py_ssize_t span[2] = {0, data.len};
+    PyObject *result = write_events(first, second, what, &head, reverse, data.buf, span, 1);
     PyBuffer_Release(&data);
     PyBuffer_Release(&head);
     return result;
 }
 
-/* ------------------------------------------------------------------ images */
-
-/* The form of column i: (form, name, arg), checked against its opcode. */
-static int
-parse_form(Column *col, PyObject *form)
-{
-    static const char *const usage = "forms are (form, name bytes, arg) tuples fitting the plan's opcodes";
-    PyObject *name, *arg;
-    int op = col->c.op, ok;
-    if (!PyTuple_Check(form) || !PyArg_ParseTuple(form, "iO!O:form", &col->form, &PyBytes_Type, &name, &arg))
-        goto bad;
-    col->name = Py_NewRef(name);
-    switch (col->form) {
-    case F_NATIVE:
-        ok = op != OP_TEXT && op != OP_BYTES_CALL && op != OP_FIXED_CALL && op != OP_JSON;
-        if (op == OP_ENUM || op == OP_SET) {
-            ok = arg == Py_None || PyTuple_Check(arg);
-            for (Py_ssize_t k = 0; ok && arg != Py_None && k < PyTuple_GET_SIZE(arg); k++)
-                ok = PyBytes_Check(PyTuple_GET_ITEM(arg, k));
-            col->names = Py_NewRef(arg);
-        }
-        break;
-    case F_FLOAT32:
-        ok = op == OP_FIXED_CALL && col->c.width == 4;
-        break;
-    case F_TEXT:
-        ok = op == OP_TEXT;
-        break;
-    case F_HEX:
-        ok = op == OP_BYTES_CALL && PyLong_Check(arg) && (col->pad = PyLong_AsLong(arg)) >= 0 && col->pad <= 65535;
-        break;
-    case F_CALL:
-        ok = (op == OP_TEXT || op == OP_BYTES_CALL || op == OP_FIXED_CALL || op == OP_JSON)
-             && PyArg_ParseTuple(arg, "OO:F_CALL arg", &col->render, &col->match)
-             && PyCallable_Check(col->render) && PyCallable_Check(col->match);
-        Py_XINCREF(col->render);
-        Py_XINCREF(col->match);
-        break;
-    default:
-        ok = 0;
-    }
-    if (ok)
-        return 0;
-bad:
-    if (!PyErr_Occurred())
-        PyErr_Format(PyExc_ValueError, "%s: %R", usage, form);
-    return -1;
-}
-
-static void Image_dealloc(Image *im);
-
 static PyObject *
-Image_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+rows_events(PyObject *module, PyObject *args)
 {
-    static char *kwlist[] = {"plan", "null_offset", "forms", "key", NULL};
-    PyObject *plan, *forms, *key;
-    int null_offset;
+    Image *first;
+    PyObject *second, *result = NULL;
+    Py_buffer view, head;
+    Py_ssize_t start, stop, head_len, crc_len, nevents = 0, cap = 0, *spans = NULL;
+    int what, reverse;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iO!O:Image", kwlist, &PyTuple_Type, &plan, &null_offset,
-                                     &PyTuple_Type, &forms, &key))
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!Oy*nnnniy*p:rows_events", &ImageType, &first, &second, &view, &start, &stop,
+                          &head_len, &crc_len, &what, &head, &reverse))
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(plan);
-    if (null_offset < 0 || null_offset > 7 || n > 65536 || PyTuple_GET_SIZE(forms) != n
-            || (key != Py_None && !PyTuple_Check(key))) {
-        PyErr_SetString(PyExc_ValueError, "null_offset must be 0..7, the plan at most 65536 columns with one form "
-                        "each, key a tuple or None");
-        return NULL;
+    const unsigned char *p = view.buf;
+    if (start < 0 || stop > view.len || head_len < 19 || crc_len < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows_events: start and stop must lie within the view");
+        goto done;
     }
-    Image *im = (Image *)type->tp_alloc(type, n);  /* zeroed: a partly built image deallocates */
-    if (im == NULL)
-        return NULL;
-    im->nbytes = (n + null_offset + 7) / 8;
-    im->nkey = key == Py_None ? -1 : PyTuple_GET_SIZE(key);
-    if (im->nkey > 0 && (im->key = PyMem_Calloc((size_t)im->nkey, sizeof(Py_ssize_t))) == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    for (Py_ssize_t k = 0; k < im->nkey; k++) {
-        im->key[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, k));
-        if (im->key[k] < 0 || im->key[k] >= n) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "key positions must be columns of the image");
-            goto fail;
+    for (Py_ssize_t pos = start; pos < stop; nevents++) {
+        Py_ssize_t n = stop - pos >= 19 ? (Py_ssize_t)le32(p + pos + 9) : 0;
+        if (n <= head_len + crc_len || n > stop - pos) {
+            PyErr_Format(PyExc_ValueError, "rows_events: no rows event of that shape at %zd", pos);
+            goto done;
         }
+        if (nevents == cap) {
+            cap = cap ? 2 * cap : 64;
+            Py_ssize_t *grown = PyMem_Realloc(spans, (size_t)cap * 2 * sizeof(Py_ssize_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            spans = grown;
+        }
+        spans[2 * nevents] = pos + head_len;
+        spans[2 * nevents + 1] = n - head_len - crc_len;
+        pos += n;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        im->cols[i].c.bit = (int)i + null_offset;
-        if (parse_entry(&im->cols[i].c, PyTuple_GET_ITEM(plan, i)) < 0
-                || parse_form(&im->cols[i], PyTuple_GET_ITEM(forms, i)) < 0)
-            goto fail;
-    }
-    return (PyObject *)im;
-fail:
-    Py_DECREF(im);
-    return NULL;
+    result = write_events(first, second, what, &head, reverse, p, spans, nevents);
+done:
+    PyMem_Free(spans);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&head);
+    return result;
 }
-
-static int
-Image_traverse(Image *im, visitproc visit, void *arg)
-{
-    for (Py_ssize_t i = 0; i < Py_SIZE(im); i++) {
-        Column *col = &im->cols[i];
-        if (col_traverse(&col->c, visit, arg) < 0)
-            return -1;
-        Py_VISIT(col->name);
-        Py_VISIT(col->names);
-        Py_VISIT(col->render);
-        Py_VISIT(col->match);
-    }
-    return 0;
-}
-
-static void
-Image_dealloc(Image *im)
-{
-    PyObject_GC_UnTrack(im);
-    for (Py_ssize_t i = 0; i < Py_SIZE(im); i++) {
-        Column *col = &im->cols[i];
-        col_clear(&col->c);
-        Py_CLEAR(col->name);
-        Py_CLEAR(col->names);
-        Py_CLEAR(col->render);
-        Py_CLEAR(col->match);
-    }
-    PyMem_Free(im->key);
-    Py_TYPE(im)->tp_free((PyObject *)im);
-}
-
-static PyTypeObject ImageType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "binlogd.protocol._sqlrows.Image",
-    .tp_doc = PyDoc_STR("Image(plan, null_offset, forms, key): a row image plan compiled for SQL (see the module doc)."),
-    .tp_basicsize = offsetof(Image, cols),
-    .tp_itemsize = sizeof(Column),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_new = Image_new,
-    .tp_dealloc = (destructor)Image_dealloc,
-    .tp_traverse = (traverseproc)Image_traverse,
-};
 
 /* ------------------------------------------------------------------ module */
 
@@ -581,6 +487,9 @@ static PyMethodDef methods[] = {
      PyDoc_STR("load_powers(pow5, inv) -> bool: the powers of 5 repr() of doubles is written with (see the module doc).")},
     {"rows", rows, METH_VARARGS,
      PyDoc_STR("rows(first, second, data, what, head, reverse) -> (bytes, rows) (see the module doc).")},
+    {"rows_events", rows_events, METH_VARARGS,
+     PyDoc_STR("rows_events(first, second, view, start, stop, head_len, crc_len, what, head, reverse) -> "
+               "(bytes, rows) (see the module doc).")},
     {"comment", comment, METH_O,
      PyDoc_STR("comment(raw) -> bytes | None: the UTF-8 text raw as SQL comment lines (see the module doc).")},
     {"one_line", one_line, METH_O,

@@ -58,6 +58,8 @@ def iter_events(data, decoder: Decoder | None = None, start: int = 4, stop: int 
         start: offset of the first event to yield (an event boundary); the FDE and
             TABLE_MAPs before it are decoded silently so that rows after it decode.
         stop: stop before the first event starting at or after this offset.
+    Sending an offset (an event boundary after the event just yielded: ``walk.send(offset)``, which returns
+    None) makes the walk go on from there, past events the caller took otherwise (:meth:`Decoder.rows_like`).
     Raises:
         TruncatedError: the data ends inside an event (naming its offset).
         ChecksumError, EventDecodeError, ProtocolError: from the decoder.
@@ -80,7 +82,11 @@ def iter_events(data, decoder: Decoder | None = None, start: int = 4, stop: int 
             raise TruncatedError(f"binlog ends inside the event at offset {pos} "
                                  f"({len(view) - pos} of {_declared(view, pos, decoder)} bytes present)", pos)
         if pos >= start:
-            yield decoder.decode(view[pos:pos + length], pos)
+            jump = yield decoder.decode(view[pos:pos + length], pos)
+            if jump is not None:
+                pos = jump
+                yield None  # what send() returns
+                continue
         elif view[pos + 4] in _STATE_EVENTS or pos == 4:
             decoder.decode(view[pos:pos + length], pos)
         pos += length

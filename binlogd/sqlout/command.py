@@ -19,6 +19,7 @@ from binlogd.schema.cli import dump_tracker
 from binlogd.schema.history import SchemaTracker
 from binlogd.schema.model import TableDef
 
+from . import native
 from .errors import SqlOutError
 from .groups import Range, parse_gtids, select
 from .render import Filters, Renderer
@@ -134,7 +135,7 @@ def run(args) -> int:
     mode = "flashback" if args.flashback else "replay"
     out.write([f"-- binlogd sql {mode} of {' '.join(args.files)}"])
     try:
-        groups = select(args.files, rng, _notice, tracker)
+        groups = select(args.files, rng, _notice, tracker, runs=native.speedups_enabled())
         if args.flashback:
             undo = [lines for g in groups if (lines := renderer.flashback(g))]
             out.write(renderer.flashback_preamble())

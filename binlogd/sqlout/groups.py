@@ -29,7 +29,7 @@ from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.gtid import Gtid, MariadbGtid, MysqlGtidSet
 from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import iter_events
-from binlogd.protocol.rows import STMT_END_F
+from binlogd.protocol.rows import STMT_END_F, RowImages
 from binlogd.schema.history import SchemaTracker
 
 from .errors import SqlOutError
@@ -39,6 +39,7 @@ _SKIPPED = (E.FormatDescriptionEvent, E.RotateEvent, E.StopEvent, E.PreviousGtid
             E.BinlogCheckpointEvent, E.HeartbeatEvent, E.IgnorableEvent, E.TransactionContextEvent,
             E.ViewChangeEvent)
 _LEGACY_LOAD = (E.LoadFileEvent, E.LegacyLoadEvent)
+_RUN_BYTES = 1 << 20
 
 
 def statement_kind(text: str) -> str:
@@ -87,6 +88,38 @@ class Group:
         return f"{self.file}:{self.start}"
 
 
+class RowsRun:
+    """Rows events that follow ``first`` in its file and are just like it but for their rows
+    (:meth:`Decoder.rows_like`): what :mod:`.native` writes in one C call, without an object per event.
+
+    Fields:
+        first: the RowsEvent before them, decoded. view: the file. start, stop: their offsets.
+        count: how many. head: where each one's row images start in it; crc: the checksum bytes at its end.
+    """
+
+    __slots__ = ("first", "view", "start", "stop", "count", "head", "crc")
+
+    def __init__(self, first: E.RowsEvent, view: memoryview, start: int, stop: int, count: int, crc: int):
+        self.first, self.view, self.start, self.stop, self.count, self.crc = first, view, start, stop, count, crc
+        self.head = first.header.event_length - crc - len(first._decode.data)
+
+    def events(self) -> list[E.RowsEvent]:
+        """The events one by one, as the decoder gives them (for the reference path)."""
+        first, images, view, out, pos = self.first, self.first._decode, self.view, [], self.start
+        fh = first.header
+        while pos < self.stop:
+            length = int.from_bytes(view[pos + 9:pos + 13], "little")
+            h = E.EventHeader(fh.timestamp, fh.type_code, fh.server_id, length,
+                              int.from_bytes(view[pos + 13:pos + 17], "little"), fh.flags, pos)
+            data = view[pos + self.head:pos + length - self.crc]
+            source = RowImages(images.codec, images.kind, data, images.present_before, images.present_after,
+                               images.partial, h, images.null_offset)
+            out.append(E.RowsEvent(h, first.kind, first.table_id, first.flags, first.schema, first.table,
+                                   first.columns, source))
+            pos += length
+        return out
+
+
 def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> str:
     """The statement bytes of a QUERY (or QUERY_COMPRESSED) event in the file, as surrogate-escaped str:
     the decoder's text has escaped the bytes its character set does not decode."""
@@ -102,11 +135,13 @@ def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> s
     return raw.decode("utf-8", "surrogateescape")
 
 
-def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None = None) -> Iterator[Group]:
+def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None = None,
+                runs: bool = False) -> Iterator[Group]:
     """The groups of one binlog file, in order; a group the file ends inside is reported and left out.
 
     ``tracker`` (a schema history) names the columns of TABLE_MAPs that carry no names, and follows
-    the DDL of the file.
+    the DDL of the file. With ``runs``, the rows events after one that are just like it but for their
+    rows are kept as one :class:`RowsRun` (up to about 1 MiB of them each).
 
     Raises:
         SqlOutError: the file is not a binlog, is truncated or corrupt; an INCIDENT, LOAD DATA, or an
@@ -114,21 +149,23 @@ def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker
         OSError: the file cannot be read.
     """
     try:
-        yield from _file_groups(path, notice, tracker)
+        yield from _file_groups(path, notice, tracker, runs)
     except SqlOutError:
         raise
     except BinlogError as exc:
         raise SqlOutError(f"{path}: {exc}") from exc
 
 
-def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None) -> Iterator[Group]:
-    view = filetools.mapped(path)
+def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None,
+                 runs: bool) -> Iterator[Group]:
+    view = memoryview(filetools.mapped(path))
     decoder = Decoder(schema_source=tracker.lookup if tracker is not None else None)
     name = Path(path).name
     bounds = PositionTracker(Position(name, 4))  # the one rule for where transactions start and end
     flavor = "mysql"
     cur: Group | None = None
-    for event in iter_events(view, decoder):
+    walk = iter_events(view, decoder)
+    for event in walk:
         h = event.header
         end = h.pos + h.event_length
         if tracker is not None:
@@ -151,6 +188,13 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
                 e = Statement(e, _raw_statement(view, e, decoder) if e is event and h.type_code in _RAW_QUERIES
                               else e.query)
             _add(cur, e)
+        if runs and type(event) is E.RowsEvent and not event.flags & STMT_END_F:
+            stop, count = decoder.rows_like(view, end, event, _RUN_BYTES)
+            if count:  # events that only move the position (none ends a statement): past them at once
+                cur.events.append(RowsRun(event, view, end, stop, count, 4 if decoder.checksum_alg == CHECKSUM_CRC32
+                                          else 0))
+                bounds.skip(stop)
+                walk.send(stop)
         if ended:
             cur.end = end
             yield cur
@@ -242,9 +286,9 @@ class Range:
 
 
 def select(paths: list[str], rng: Range, notice: Callable[[str], None],
-           tracker: SchemaTracker | None = None) -> Iterator[Group]:
+           tracker: SchemaTracker | None = None, runs: bool = False) -> Iterator[Group]:
     """The groups of ``paths`` inside ``rng``, whole transactions only (corrections go to ``notice``;
-    ``tracker`` as for :func:`file_groups`).
+    ``tracker`` and ``runs`` as for :func:`file_groups`).
 
     Raises:
         SqlOutError, BinlogError, OSError: as :func:`check_sequence` and :func:`file_groups`.
@@ -253,7 +297,7 @@ def select(paths: list[str], rng: Range, notice: Callable[[str], None],
     started = rng.start_position is None and rng.start_datetime is None
     for index, path in enumerate(paths):
         first, last = index == 0, index == len(paths) - 1
-        for g in file_groups(path, notice, tracker):
+        for g in file_groups(path, notice, tracker, runs):
             if not started:
                 if first and rng.start_position is not None and g.end <= rng.start_position:
                     continue

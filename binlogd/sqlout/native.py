@@ -133,17 +133,9 @@ def _shape(plan: TablePlan, present_bits: int, null_offset: int) -> _Shape | Non
     return cache[key]
 
 
-def row_lines(plan: TablePlan, event: E.RowsEvent, invert: bool) -> list[bytes] | None:
-    """The statements of one rows event as :meth:`TablePlan.replay` (or, with ``invert``,
-    :meth:`TablePlan.invert`) gives them, each followed by ``;``, as UTF-8 bytes in one line item
-    (statements parted by newlines); None when the reference must write them (see the module doc).
-
-    The caller has checked that the event holds rows. The plan must be the one of the event's TABLE_MAP.
-
-    Raises:
-        EventDecodeError, SqlOutError, …: what the C writer raised; the caller then takes the reference
-            path, which raises the canonical error (or, should the C writer have failed otherwise, writes).
-    """
+def _writer(plan: TablePlan, event: E.RowsEvent, invert: bool) -> tuple | None:
+    """The arguments ``C.rows`` writes the event's statements with after its data: ``(first image, second
+    image or None, what, head, invert)``; None when the reference must write them (see the module doc)."""
     images = event._decode
     if not _speedups or type(images) is not RowImages or images.partial or \
             images.codec.columns is not plan.table_columns and images.codec.columns != plan.table_columns:
@@ -157,15 +149,46 @@ def row_lines(plan: TablePlan, event: E.RowsEvent, invert: bool) -> list[bytes] 
         second = _shape(plan, after, images.null_offset)
         if second is None or invert and not (first.full and second.keyed):
             return None
-        what = C.W_UPDATE_SWAPPED if invert else C.W_UPDATE
-        return [C.rows(first.image, second.image, images.data, what, first.update, invert)[0]]
+        return first.image, second.image, C.W_UPDATE_SWAPPED if invert else C.W_UPDATE, first.update, invert
     if kind == ("delete" if invert else "insert"):
         if invert and not first.full:
             return None
-        return [C.rows(first.image, None, images.data, C.W_VALUES, first.insert, invert)[0]]
+        return first.image, None, C.W_VALUES, first.insert, invert
     if invert and not first.keyed:  # an insert undone
         return None
-    return [C.rows(first.image, None, images.data, C.W_DELETE, first.delete, invert)[0]]
+    return first.image, None, C.W_DELETE, first.delete, invert
+
+
+def row_lines(plan: TablePlan, event: E.RowsEvent, invert: bool) -> list[bytes] | None:
+    """The statements of one rows event as :meth:`TablePlan.replay` (or, with ``invert``,
+    :meth:`TablePlan.invert`) gives them, each followed by ``;``, as UTF-8 bytes in one line item
+    (statements parted by newlines); None when the reference must write them (see the module doc).
+
+    The caller has checked that the event holds rows. The plan must be the one of the event's TABLE_MAP.
+
+    Raises:
+        EventDecodeError, SqlOutError, …: what the C writer raised; the caller then takes the reference
+            path, which raises the canonical error (or, should the C writer have failed otherwise, writes).
+    """
+    args = _writer(plan, event, invert)
+    if args is None:
+        return None
+    first, second, what, head, reverse = args
+    return [C.rows(first, second, event._decode.data, what, head, reverse)[0]]
+
+
+def run_lines(plan: TablePlan, run, invert: bool) -> list[bytes] | None:
+    """:func:`row_lines` of every event of a :class:`.groups.RowsRun` (the last first with ``invert``), in one
+    line item: what ``row_lines`` gives for each, in order, parted by newlines; None as for ``row_lines``.
+
+    Raises:
+        as :func:`row_lines`: the caller then takes the run's events one by one.
+    """
+    args = _writer(plan, run.first, invert)
+    if args is None:
+        return None
+    first, second, what, head, reverse = args
+    return [C.rows_events(first, second, run.view, run.start, run.stop, run.head, run.crc, what, head, reverse)[0]]
 
 
 def comment(query: str | None, raw: memoryview | bytes | None) -> bytes | tuple:

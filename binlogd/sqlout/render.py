@@ -26,7 +26,7 @@ from binlogd.protocol.rows import RowImages
 
 from . import native
 from .errors import SqlOutError
-from .groups import Group, Statement, statement_kind
+from .groups import Group, RowsRun, Statement, statement_kind
 from .literals import ident, quote
 from .rowsql import TablePlan
 
@@ -131,6 +131,27 @@ class Renderer:
         statements = plan.invert(ev.kind, ev.rows) if invert else plan.replay(ev.kind, ev.rows)
         return None if statements is None else [s + ";" for s in statements]
 
+    def _rows(self, g: Group, ev: E.RowsEvent | RowsRun, invert: bool) -> list[tuple]:
+        """``(rows event, its lines as _row_lines gives them)`` for a rows event or for every event of a run
+        the filters keep (a run written in one C call is one pair, under its first event, whose header and
+        flags its events share).
+
+        Raises:
+            as :meth:`_row_lines`.
+        """
+        if type(ev) is not RowsRun:
+            return [(ev, self._row_lines(g, ev, invert))] if self.filters.rows(ev.schema, ev.table) else []
+        first = ev.first
+        if not self.filters.rows(first.schema, first.table):
+            return []
+        try:
+            lines = native.run_lines(self._plan(self._tables[first.table_id], g, first), ev, invert)
+        except Exception:  # noqa: BLE001 - the events one by one raise the canonical error
+            lines = None
+        if lines is not None:
+            return [(first, lines)]
+        return [(e, self._row_lines(g, e, invert)) for e in ev.events()]
+
     def _row_session(self, out: list, ev: E.RowsEvent) -> None:
         mark = (ev.header.timestamp, ev.flags & (_NO_FOREIGN_KEY_CHECKS_F | _RELAXED_UNIQUE_CHECKS_F), self._sets)
         if mark == self._row_mark:
@@ -160,11 +181,13 @@ class Renderer:
             g.events[i] = None
             if isinstance(ev, E.TableMapEvent):
                 tables[ev.table_id] = ev
-            elif isinstance(ev, E.RowsEvent):
-                if self.filters.rows(ev.schema, ev.table) and (lines := self._row_lines(g, ev, invert=False)):
-                    self._row_session(body, ev)
-                    body += pending
-                    body += lines
+            elif isinstance(ev, (E.RowsEvent, RowsRun)):
+                for rows, lines in self._rows(g, ev, invert=False):
+                    if lines:
+                        self._row_session(body, rows)
+                        body += pending
+                        body += lines
+                        pending = []
                 pending = []
             elif isinstance(ev, Statement):
                 text = self._load_data(g, ev) if isinstance(ev.event, E.ExecuteLoadQueryEvent) else ev.text
@@ -280,15 +303,13 @@ class Renderer:
         for ev in g.events:
             if isinstance(ev, E.TableMapEvent):
                 tables[ev.table_id] = ev
-            elif isinstance(ev, E.RowsEvent):
-                if not self.filters.rows(ev.schema, ev.table):
-                    continue
-                inverse = self._row_lines(g, ev, invert=True)
-                if inverse is None:
-                    self._unsafe(g, ev, f"`{ev.schema}`.`{ev.table}`: partial row images (binlog_row_image "
-                                 "MINIMAL or NOBLOB) do not say what to restore")
-                elif inverse:
-                    undo.append(inverse)
+            elif isinstance(ev, (E.RowsEvent, RowsRun)):
+                for rows, inverse in self._rows(g, ev, invert=True):
+                    if inverse is None:
+                        self._unsafe(g, rows, f"`{rows.schema}`.`{rows.table}`: partial row images "
+                                     "(binlog_row_image MINIMAL or NOBLOB) do not say what to restore")
+                    elif inverse:
+                        undo.append(inverse)
             elif isinstance(ev, Statement):
                 kind = statement_kind(ev.text)
                 if self.filters.statement(ev.event.schema) and not kind.startswith(_HARMLESS):

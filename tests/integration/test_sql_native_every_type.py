@@ -14,6 +14,7 @@ from binlogd.cli import main
 from binlogd.filetools import dump_events
 from binlogd.sqlout import native
 from tests.support import every_type as RV
+from tests.support.sqlout import events_between
 
 pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
 pytestmark = pytest.mark.server
@@ -54,9 +55,11 @@ def _check_every_type(server, sc, minimal: bool, tmp_path, capsysbinary, monkeyp
         assert main(["schema", "build", "--seed", str(seed), "--out", str(history), str(sc.file)]) == 0
         capsysbinary.readouterr()
         args = ["--schema-history", history, sc.file]
-    calls = []
-    real = native.C.rows
-    monkeypatch.setattr(native.C, "rows", lambda *a: calls.append(a[3]) or real(*a))
+    calls = []  # what each rows event was written as, by C.rows or (a run of them) C.rows_events
+    rows, run = native.C.rows, native.C.rows_events
+    monkeypatch.setattr(native.C, "rows", lambda *a: calls.append(a[3]) or rows(*a))
+    monkeypatch.setattr(native.C, "rows_events",
+                        lambda *a: calls.extend([a[7]] * events_between(*a[2:5])) or run(*a))
     for options in ([], ["--flashback", "--skip-unsafe"]):
         reference = _sql(capsysbinary, [*options, *args], c_writer=False)
         assert reference[0] == 0, reference[2]

@@ -7,6 +7,8 @@
   servers must agree on.
 - :func:`target`: a started throwaway server (the replay's second, empty server).
 - :func:`new_files`: the binlog files a block of work wrote (FLUSH before and after it).
+- :func:`speedups`, :func:`sql_main`, :func:`same_sql`: ``binlogd sql`` in this process with the C row
+  decoder and SQL writer on or off, and the check that runs of rows events (``groups.RowsRun``) change nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+from binlogd.protocol import rowcodec
+
+from binlogd.cli import main
 from binlogd.localserver import LocalServer
+from binlogd.sqlout import groups, native
 
 _SCRIPT = Path(sys.executable).parent / "binlogd"
 BINLOGD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "binlogd.cli"]
@@ -100,3 +107,50 @@ def new_files(server, first: Path) -> list[Path]:
     """The server's binlog files from ``first`` on, the file in use included."""
     files = server.binlog_files()
     return files[files.index(first):]
+
+
+@contextmanager
+def speedups(c_writer: bool):
+    """The C row decoder and SQL writer on (the native path), or every C speedup off (the reference)."""
+    rows_mode, sql_mode = rowcodec.speedups_enabled(), native.speedups_enabled()
+    assert native.use_speedups(True), "the C SQL writer is built but off (BINLOGD_PURE_PYTHON set?)"
+    rowcodec.use_speedups(c_writer)
+    native.use_speedups(c_writer)
+    try:
+        yield
+    finally:
+        rowcodec.use_speedups(rows_mode)
+        native.use_speedups(sql_mode)
+
+
+def sql_main(capsysbinary, args: list) -> tuple[int, bytes, bytes]:
+    """``binlogd sql ARGS…`` in this process: (exit code, stdout, stderr)."""
+    code = main(["sql", *map(str, args)])
+    out, err = capsysbinary.readouterr()
+    return code, out, err
+
+
+def same_sql(capsysbinary, *args) -> tuple[int, bytes, bytes]:
+    """``binlogd sql ARGS…`` with runs of rows events and the C writer, asserted equal to it without runs (every
+    event decoded), and to the reference path but for the wording of a row's error (the C and Python row
+    decoders word them differently; the offset it ends with must agree); returns it."""
+    with speedups(False):
+        reference = sql_main(capsysbinary, args)
+    with speedups(True):
+        written = sql_main(capsysbinary, args)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(groups, "_RUN_BYTES", 0)
+            event_by_event = sql_main(capsysbinary, args)
+    assert written == event_by_event, args
+    assert written[:2] == reference[:2], args
+    assert written[2].rsplit(b"(", 1)[-1] == reference[2].rsplit(b"(", 1)[-1], args
+    return written
+
+
+def events_between(view, start: int, stop: int) -> int:
+    """How many events lie in view[start:stop] (a RowsRun's), counted by their length fields."""
+    count = 0
+    while start < stop:
+        start += int.from_bytes(view[start + 9:start + 13], "little")
+        count += 1
+    return count

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import random
 import struct
-from contextlib import contextmanager
 
 import pytest
 from binlogd.protocol import events as E
@@ -36,6 +35,7 @@ from binlogd.sqlout.errors import SqlOutError
 from binlogd.sqlout.literals import literal_kind, quote
 from binlogd.sqlout.rowsql import TablePlan
 from tests.support.paths import CORPUS
+from tests.support.sqlout import events_between, speedups as _mode, sql_main as _sql
 from tests.support.rowfuzz import COLUMN_SPECS, mutate, value_bytes
 
 C = pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
@@ -45,45 +45,30 @@ CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix n
 _HEADER = E.EventHeader(1700000000, 30, 7, 100, 0, 0, 1234)
 
 
-@contextmanager
-def _mode(c_writer: bool):
-    """The C row decoder and SQL writer on (the native path), or every C speedup off (the reference)."""
-    rows_mode, sql_mode = rowcodec.speedups_enabled(), native.speedups_enabled()
-    assert native.use_speedups(True), "the C SQL writer is built but off (BINLOGD_PURE_PYTHON set?)"
-    rowcodec.use_speedups(c_writer)
-    native.use_speedups(c_writer)
-    try:
-        yield
-    finally:
-        rowcodec.use_speedups(rows_mode)
-        native.use_speedups(sql_mode)
-
-
 # --------------------------------------------------------------------------- whole files
-
-
-def _sql(capsysbinary, args: list) -> tuple[int, bytes, bytes]:
-    code = main(["sql", *map(str, args)])
-    out, err = capsysbinary.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
 def c_rows(monkeypatch):
-    """Counts the C writer's calls: {"ok": n, "raised": [exceptions]}."""
-    calls = {"ok": 0, "raised": []}
-    real = C.rows
+    """Counts the rows events the C writer wrote (C.rows one, C.rows_events a run of them) and what it
+    raised: {"ok": n, "runs": n, "raised": [exceptions]}."""
+    calls = {"ok": 0, "runs": 0, "raised": []}
 
-    def rows(*args):
-        try:
-            out = real(*args)
-        except Exception as exc:
-            calls["raised"].append(exc)
-            raise
-        calls["ok"] += 1
-        return out
+    def counted(real, run: bool, events):
+        def call(*args):
+            try:
+                out = real(*args)
+            except Exception as exc:
+                calls["raised"].append(exc)
+                raise
+            calls["ok"] += events(*args)
+            calls["runs"] += run
+            return out
+        return call
 
-    monkeypatch.setattr(native.C, "rows", rows)
+    monkeypatch.setattr(native.C, "rows", counted(C.rows, False, lambda *args: 1))
+    monkeypatch.setattr(native.C, "rows_events", counted(C.rows_events, True, lambda _a, _b, view, start, stop, *rest:
+                                                         events_between(view, start, stop)))
     return calls
 
 
@@ -108,7 +93,7 @@ def test_corpus_goes_through_c(capsysbinary, c_rows) -> None:
     with _mode(True):
         for path in CORPUS_FILES:
             _sql(capsysbinary, [path])
-    assert c_rows["ok"] > 1000, c_rows
+    assert c_rows["ok"] > 1000 and c_rows["runs"] > 0, c_rows
 
 
 # --------------------------------------------------------------------------- synthetic tables

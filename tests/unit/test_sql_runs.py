@@ -1,0 +1,126 @@
+"""Runs of rows events (``Decoder.rows_like``, ``groups.RowsRun``, ``_sqlrows.rows_events``): the events after
+a rows event that are just like it but for their rows are checked and written in one C call each. A run must
+change nothing a reader can see: ``binlogd sql`` gives the same exit code, output and messages as the
+reference path (no C at all), on the corpus file whose statements span many rows events and on copies of it
+broken or altered inside a run. The same on a real server's files, with CRC32 checksums, is in
+tests/integration/test_sql_runs_server.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from binlogd.protocol.decoder import Decoder
+from binlogd.protocol.reader import iter_events
+
+from binlogd.filetools import dump_events
+from binlogd.sqlout.groups import RowsRun, file_groups
+from tests.support.paths import CORPUS
+from tests.support.sqlout import events_between, same_sql, speedups, sql_main
+from tests.unit.test_sql_native import c_rows  # noqa: F401 - a fixture
+
+SAKILA = CORPUS / "mysql-binlog-connector-java" / "mysql-bin.sakila"  # no checksums, 13 runs of 3 to 385 events
+pytestmark = pytest.mark.skipif(not SAKILA.exists(), reason="corpus file missing")
+
+
+def _runs(path) -> list[RowsRun]:
+    return [e for g in file_groups(str(path), print, None, runs=True) for e in g.events if isinstance(e, RowsRun)]
+
+
+def test_runs_are_the_events_the_decoder_gives() -> None:
+    runs = _runs(SAKILA)
+    assert len(runs) == 13 and sum(r.count for r in runs) == 1341
+    decoded = {e.header.pos: e for e in dump_events(SAKILA)}
+    for run in runs:
+        events = run.events()
+        assert len(events) == run.count == events_between(run.view, run.start, run.stop)
+        assert events[0].header.pos == run.start == run.first.header.pos + run.first.header.event_length
+        for event in events:
+            want = decoded[event.header.pos]
+            assert event.header == want.header and event.table_id == want.table_id and event.flags == want.flags
+            assert event.rows == want.rows
+
+
+def test_without_runs_every_event_is_decoded() -> None:
+    assert not _runs_of(file_groups(str(SAKILA), print, None))
+
+
+def _runs_of(groups) -> list:
+    return [e for g in groups for e in g.events if isinstance(e, RowsRun)]
+
+
+def test_sakila_same_sql_through_runs(capsysbinary, c_rows) -> None:
+    for options in ([], ["--flashback", "--skip-unsafe"], ["--table", "sakila.payment"], ["--database", "nope"]):
+        c_rows["runs"] = 0
+        code, out, _ = same_sql(capsysbinary, SAKILA, *options)
+        assert code == 0
+        if options != ["--database", "nope"]:
+            assert c_rows["runs"] > 0, options
+    assert c_rows["raised"] == []
+
+
+def _altered(tmp_path, name: str, change) -> str:
+    """A copy of the corpus file with ``change(bytearray, run)`` applied (run: the rental table's long run)."""
+    data = bytearray(SAKILA.read_bytes())
+    run = max(_runs(SAKILA), key=lambda r: r.count)
+    change(data, run)
+    path = tmp_path / name
+    path.write_bytes(bytes(data))
+    return str(path)
+
+
+def _nth_event(data: bytearray, run: RowsRun, n: int) -> int:
+    pos = run.start
+    for _ in range(n):
+        pos += int.from_bytes(data[pos + 9:pos + 13], "little")
+    return pos
+
+
+def test_a_changed_timestamp_splits_the_run(tmp_path, capsysbinary) -> None:
+    def later(data, run):
+        at = _nth_event(data, run, 100)
+        data[at:at + 4] = (int.from_bytes(data[at:at + 4], "little") + 3600).to_bytes(4, "little")
+
+    path = _altered(tmp_path, "later", later)
+    assert len(_runs(path)) == len(_runs(SAKILA)) + 1  # the event is a run's first: two runs where there was one
+    code, out, _ = same_sql(capsysbinary, path)
+    assert code == 0 and out.count(b"SET TIMESTAMP=") > _sql_timestamps(capsysbinary)
+
+
+def _sql_timestamps(capsysbinary) -> int:
+    with speedups(True):
+        return sql_main(capsysbinary, [SAKILA])[1].count(b"SET TIMESTAMP=")
+
+
+@pytest.mark.parametrize("damage", ["length", "type", "table_id", "truncated", "row"])
+def test_damage_inside_a_run_is_reported_as_without_runs(damage, tmp_path, capsysbinary) -> None:
+    def change(data, run):
+        at = _nth_event(data, run, 200)
+        if damage == "length":  # past the end of the file
+            data[at + 9:at + 13] = (len(data)).to_bytes(4, "little")
+        elif damage == "type":  # an event type nobody knows, not marked ignorable
+            data[at + 4] = 0x60
+        elif damage == "table_id":  # a rows event of a table no TABLE_MAP announced
+            data[at + 19] ^= 0x40
+        elif damage == "truncated":
+            del data[at + 40:]
+        else:  # the last row one byte short
+            length = int.from_bytes(data[at + 9:at + 13], "little")
+            data[at + 9:at + 13] = (length - 1).to_bytes(4, "little")
+            del data[at + length - 1]
+
+    code, out, err = same_sql(capsysbinary, _altered(tmp_path, damage, change))
+    assert code == 1 and b"binlogd sql:" in err, err
+    same_sql(capsysbinary, tmp_path / damage, "--flashback")
+
+
+def test_the_walk_goes_on_where_it_is_sent() -> None:
+    view = memoryview(SAKILA.read_bytes())
+    run = max(_runs(SAKILA), key=lambda r: r.count)
+    walk = iter_events(view, Decoder())
+    seen = []
+    for event in walk:
+        seen.append(event.header.pos)
+        if event.header.pos == run.first.header.pos:
+            assert walk.send(run.stop) is None
+    everything = [e.header.pos for e in dump_events(SAKILA)]
+    assert seen == [p for p in everything if not run.start <= p < run.stop]
