@@ -24,14 +24,16 @@
  * the CRC32 matches (when crc32 is given); None otherwise, and for FORMAT_DESCRIPTION and START_V3
  * (whose checksums the decoder handles its own way), so that the caller's Python check runs and
  * raises its error. Never raises for the event's contents (only an exception of crc32 propagates). *
- * rows_like(view, pos, first, head_len, crc_len, crc32, limit): protocol.decoder.Decoder.rows_like.
+ * rows_like(view, pos, first, head_len, ends_at, crc_len, crc32, limit): protocol.decoder.Decoder.rows_like.
  *   view: a memoryview of a whole file (or stream) of events with v4 (19-byte) headers; first: the
- *   offset in it of a rows event already decoded, whose row images start head_len bytes in.
+ *   offset in it of a rows event already decoded, whose row images start head_len bytes in; ends_at: the
+ *   offset in an event of its rows flags' low byte, or 0.
  * Takes the events from pos while each is whole in the view, has rows (more than head_len + crc_len bytes),
  * has first's timestamp, type code, server id and flags, the same head_len - 19 bytes after its header
- * (table id, flags, extra data, width, columns-present bitmaps), and a matching CRC32 (when crc32 is
- * given); stops before the first other one, or once limit bytes are taken. Returns (stop, count).
- * Never raises for the events' contents (only an exception of crc32 propagates).
+ * (table id, flags, extra data, width, columns-present bitmaps) but, with ends_at, the STMT_END_F bit
+ * first has not (such an event is the last taken), and a matching CRC32 (when crc32 is given); stops
+ * before the first other one, or once limit bytes are taken. Returns (stop, count, whether the last taken
+ * ends the statement). Never raises for the events' contents (only an exception of crc32 propagates).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -205,13 +207,27 @@ frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* Whether the event at e has the same head_len - 17 bytes from offset 17 as the one at t, but for bit 0 (the
+ * rows event's STMT_END_F) of the byte at ends_at, which e has and t has not (ends_at 0: no exception). */
+static int
+same_head(const unsigned char *e, const unsigned char *t, Py_ssize_t head_len, Py_ssize_t ends_at, int *ends)
+{
+    if (!memcmp(e + 17, t + 17, head_len - 17))
+        return 1;
+    *ends = ends_at >= 17 && ends_at < head_len && !memcmp(e + 17, t + 17, ends_at - 17)
+            && e[ends_at] == (t[ends_at] | 1) && e[ends_at] != t[ends_at]
+            && !memcmp(e + ends_at + 1, t + ends_at + 1, head_len - ends_at - 1);
+    return *ends;
+}
+
 static PyObject *
 rows_like(PyObject *self, PyObject *args)
 {
     PyObject *view, *crc32;
-    Py_ssize_t pos, first, head_len, crc_len, limit, count = 0;
-    if (!PyArg_ParseTuple(args, "O!nnnnOn", &PyMemoryView_Type, &view, &pos, &first, &head_len, &crc_len, &crc32,
-                          &limit))
+    Py_ssize_t pos, first, head_len, ends_at, crc_len, limit, count = 0;
+    int ends = 0;
+    if (!PyArg_ParseTuple(args, "O!nnnnnOn", &PyMemoryView_Type, &view, &pos, &first, &head_len, &ends_at, &crc_len,
+                          &crc32, &limit))
         return NULL;
     Py_buffer buf;
     if (PyObject_GetBuffer(view, &buf, PyBUF_SIMPLE) < 0)  /* raises for a released view */
@@ -223,10 +239,10 @@ rows_like(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "rows_like: first and head_len must lie within the view, crc_len be 0 or 4");
         return NULL;
     }
-    while (taken < limit && size - pos >= HEADER_LEN) {
+    while (!ends && taken < limit && size - pos >= HEADER_LEN) {
         const unsigned char *e = p + pos;
         Py_ssize_t n = u32le(e + 9);
-        if (n <= head_len + crc_len || n > size - pos || memcmp(e, t, 9) || memcmp(e + 17, t + 17, head_len - 17))
+        if (n <= head_len + crc_len || n > size - pos || memcmp(e, t, 9) || !same_head(e, t, head_len, ends_at, &ends))
             break;
         if (crc_len && crc32 != Py_None) {
             int ok = crc_ok(crc32, e, n);
@@ -234,15 +250,17 @@ rows_like(PyObject *self, PyObject *args)
                 PyBuffer_Release(&buf);
                 return NULL;
             }
-            if (!ok)
+            if (!ok) {
+                ends = 0;
                 break;
+            }
         }
         pos += n;
         taken += n;
         count++;
     }
     PyBuffer_Release(&buf);
-    return Py_BuildValue("nn", pos, count);
+    return Py_BuildValue("nnO", pos, count, ends ? Py_True : Py_False);
 }
 
 static PyObject *
@@ -285,7 +303,7 @@ static PyMethodDef methods[] = {
      PyDoc_STR("frame(view, crc_len, crc32) -> (timestamp, type_code, server_id, event_length, next_position, "
                "flags) or None; see protocol/decoder.py.")},
     {"rows_like", rows_like, METH_VARARGS,
-     PyDoc_STR("rows_like(view, pos, first, head_len, crc_len, crc32, limit) -> (stop, count); "
+     PyDoc_STR("rows_like(view, pos, first, head_len, ends_at, crc_len, crc32, limit) -> (stop, count, ends); "
                "see protocol/decoder.py.")},
     {"skim_run", skim_run, METH_VARARGS,
      PyDoc_STR("skim_run(events, start, end, table, crc_len, crc32, expect) -> "

@@ -2,6 +2,9 @@
 #include "_sqltext.h"
 #include "_sqlimage.h"
 #include <stddef.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 PyDoc_STRVAR(module_doc,
 "Row images written as the SQL text of binlogd sql, in C, from the plans protocol._rowimage\n"
@@ -34,6 +37,10 @@ PyDoc_STRVAR(module_doc,
 "whose row images are its bytes from head_len to crc_len before its end, with a newline between two\n"
 "events' statements; reverse writes the events last first (their rows last first).\n"
 "\n"
+"keep_freed_memory() -> bool has malloc (glibc's; False elsewhere) keep the memory freed in this process for\n"
+"reuse: blocks under 32 MiB come from its heap, not fresh mappings, and up to 256 MiB free at its top stay\n"
+"mapped. The outputs of a few MiB the writer makes one after another then land on memory already touched,\n"
+"not on new pages (a page fault each, a third of binlogd sql's time); for a process that writes and exits.\n"
 "load_powers(pow5, inv) -> bool loads the powers of 5 DOUBLE and FLOAT are written with, without Python's\n"
 "repr() (16-byte little-endian integers: for i < 326, 5^i in its top 125 bits; for q < 292,\n"
 "2^(bit_length(5^q) - 1 + 125) // 5^q + 1); returns whether they are used (they need 128-bit integers).\n"
@@ -335,7 +342,9 @@ done:
 }
 
 /* (bytes, rows): every row of the events' row images, base + spans[2i] for spans[2i + 1] bytes each, one
- * event after another with a newline between (reverse: the last event first, its rows last first). */
+ * event after another with a newline between (reverse: the last event first, its rows last first). The
+ * output starts with room for twice the images' bytes (about what their SQL takes), so that it is seldom
+ * copied to grow. */
 static PyObject *
 write_events(Image *first, PyObject *second, int what, const Py_buffer *head, int reverse,
              const unsigned char *base, const Py_ssize_t *spans, Py_ssize_t nevents)
@@ -352,8 +361,12 @@ write_events(Image *first, PyObject *second, int what, const Py_buffer *head, in
         return PyErr_NoMemory();
     Out o = {NULL, NULL, 0, 0, NULL};
     PyObject *result = NULL;
-    Py_ssize_t k = 0;
-    for (; k < nevents; k++) {
+    Py_ssize_t k = 0, images = 0;
+    for (Py_ssize_t i = 0; i < nevents; i++)
+        images += spans[2 * i + 1];
+    if (room(&o, images < PY_SSIZE_T_MAX / 4 ? 2 * images + head->len : 0) == NULL)
+        k = -1;
+    for (; k >= 0 && k < nevents; k++) {
         Py_ssize_t i = reverse ? nevents - 1 - k : k, count = 0;
         Buf b = {base + spans[2 * i], spans[2 * i + 1], 0};
         o.readable = b.s + b.len;
@@ -468,6 +481,19 @@ one_line(PyObject *module, PyObject *arg)
     return PyBool_FromLong(yes);
 }
 
+/* keep_freed_memory() -> bool */
+static PyObject *
+keep_freed_memory(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+#if defined(__GLIBC__)
+    if (mallopt(M_MMAP_THRESHOLD, 32 << 20) && mallopt(M_TRIM_THRESHOLD, 256 << 20))
+        Py_RETURN_TRUE;
+#endif
+    Py_RETURN_FALSE;
+}
+
 /* load_powers(pow5, inv) */
 static PyObject *
 load_powers(PyObject *module, PyObject *args)
@@ -485,6 +511,8 @@ load_powers(PyObject *module, PyObject *args)
 static PyMethodDef methods[] = {
     {"load_powers", load_powers, METH_VARARGS,
      PyDoc_STR("load_powers(pow5, inv) -> bool: the powers of 5 repr() of doubles is written with (see the module doc).")},
+    {"keep_freed_memory", keep_freed_memory, METH_NOARGS,
+     PyDoc_STR("keep_freed_memory() -> bool: malloc keeps freed memory for reuse (see the module doc).")},
     {"rows", rows, METH_VARARGS,
      PyDoc_STR("rows(first, second, data, what, head, reverse) -> (bytes, rows) (see the module doc).")},
     {"rows_events", rows_events, METH_VARARGS,

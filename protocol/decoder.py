@@ -20,7 +20,7 @@ from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
 from .errors import ChecksumError, EventDecodeError, ProtocolError
 from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
-from .rows import ROWS_TYPES, RowImages, decode_rows, undecoded_rows
+from .rows import ROWS_TYPES, STMT_END_F, RowImages, decode_rows, undecoded_rows
 
 try:  # Decoder.decode's frame check and rows_like in C, when built and not turned off (BINLOGD_PURE_PYTHON=1)
     from ._skim import frame as _frame_c, rows_like as _rows_like_c
@@ -252,33 +252,36 @@ class Decoder:
         return self._skim.skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
                                    crc32 if crc and self.verify_checksums else None, expect)
 
-    def rows_like(self, view: memoryview, pos: int, first: E.RowsEvent, limit: int) -> tuple[int, int]:
+    def rows_like(self, view: memoryview, pos: int, first: E.RowsEvent, limit: int,
+                  statement_end: bool = False) -> tuple[int, int, bool]:
         """The events from ``pos`` on that :meth:`decode` would return as rows events just like ``first`` but
         for their rows: checked in one C call, without a Python object per event.
 
         Each taken event is whole in ``view``, holds rows, has ``first``'s timestamp, type, server id and
         flags, the same bytes between its header and its row images (table id, flags, extra data, width,
-        columns-present bitmaps), and a good CRC32; none changes this decoder's state. Its row images are
-        ``view[p + head:p + length - crc]``, where ``head = first.header.event_length - crc -
-        len(first._decode.data)`` and ``crc`` is 4 for CRC32 checksums, else 0.
+        columns-present bitmaps), and a good CRC32; none changes this decoder's state. With
+        ``statement_end``, the last one taken may differ from ``first`` in its STMT_END_F flag, which
+        ``first`` must not have. Its row images are ``view[p + head:p + length - crc]``, where ``head =
+        first.header.event_length - crc - len(first._decode.data)`` and ``crc`` is 4 for CRC32 checksums, else 0.
 
         Args:
             view: the whole file (or stream) ``first`` was decoded from, at offset ``first.header.pos``.
             limit: take no more events once this many bytes are taken.
         Returns:
-            ``(stop, count)``: the offset after the events taken, and how many (``(pos, 0)`` for none, and
-            always when the C extension is not built, for a compressed or partial event, or a decoder
-            that renumbers types or is past a START_ENCRYPTION).
+            ``(stop, count, ends)``: the offset after the events taken, how many, and whether the last one
+            ends its statement (``(pos, 0, False)`` for none, and always when the C extension is not built,
+            for a compressed or partial event, or a decoder that renumbers types or is past a START_ENCRYPTION).
         """
         images = first._decode
         if _rows_like_c is None or self.header_len != 19 or self._type_permutation or self.encrypted_at is not None \
                 or not isinstance(images, RowImages) or images.partial or not isinstance(images.data, memoryview) \
-                or images.data.obj is not view.obj:
-            return pos, 0
+                or images.data.obj is not view.obj or first.flags & STMT_END_F:
+            return pos, 0, False
         crc = 4 if self.checksum_alg == CHECKSUM_CRC32 else 0
         head = first.header.event_length - crc - len(images.data)
-        return _rows_like_c(view, pos, first.header.pos, head, crc, crc32 if crc and self.verify_checksums else None,
-                            limit)
+        ends_at = 19 + self.table_id_size(first.header.type_code) if statement_end else 0
+        return _rows_like_c(view, pos, first.header.pos, head, ends_at, crc,
+                            crc32 if crc and self.verify_checksums else None, limit)
 
     def decode(self, data: bytes | memoryview, pos: int = 0) -> E.Event:
         """Decode one complete event (header, body and checksum: exactly ``event_length`` bytes).

@@ -131,6 +131,7 @@ def run(args) -> int:
         return EXIT_BAD_INPUT
     renderer = Renderer(Filters(frozenset(args.database), frozenset(args.table)), args.keep_gtids,
                         args.skip_unsafe, _notice, _history_key(tracker), args.load_dir)
+    native.keep_freed_memory()  # each output block on memory already touched: no page faults
     out = _Output()
     mode = "flashback" if args.flashback else "replay"
     out.write([f"-- binlogd sql {mode} of {' '.join(args.files)}"])

@@ -89,18 +89,20 @@ class Group:
 
 
 class RowsRun:
-    """Rows events that follow ``first`` in its file and are just like it but for their rows
+    """A rows event and the events after it in its file that are just like it but for their rows
     (:meth:`Decoder.rows_like`): what :mod:`.native` writes in one C call, without an object per event.
 
     Fields:
-        first: the RowsEvent before them, decoded. view: the file. start, stop: their offsets.
-        count: how many. head: where each one's row images start in it; crc: the checksum bytes at its end.
+        first: the first event, decoded. view: the file. start, stop: the events' offsets (start is first's).
+        count: how many. ends: the last one ends its statement (STMT_END_F). head: where each one's row images
+        start in it; crc: the checksum bytes at its end.
     """
 
-    __slots__ = ("first", "view", "start", "stop", "count", "head", "crc")
+    __slots__ = ("first", "view", "start", "stop", "count", "ends", "head", "crc")
 
-    def __init__(self, first: E.RowsEvent, view: memoryview, start: int, stop: int, count: int, crc: int):
-        self.first, self.view, self.start, self.stop, self.count, self.crc = first, view, start, stop, count, crc
+    def __init__(self, first: E.RowsEvent, view: memoryview, stop: int, count: int, ends: bool, crc: int):
+        self.first, self.view, self.start, self.stop = first, view, first.header.pos, stop
+        self.count, self.ends, self.crc = count, ends, crc
         self.head = first.header.event_length - crc - len(first._decode.data)
 
     def events(self) -> list[E.RowsEvent]:
@@ -114,8 +116,9 @@ class RowsRun:
             data = view[pos + self.head:pos + length - self.crc]
             source = RowImages(images.codec, images.kind, data, images.present_before, images.present_after,
                                images.partial, h, images.null_offset)
-            out.append(E.RowsEvent(h, first.kind, first.table_id, first.flags, first.schema, first.table,
-                                   first.columns, source))
+            flags = first.flags | STMT_END_F if self.ends and pos + length == self.stop else first.flags
+            out.append(E.RowsEvent(h, first.kind, first.table_id, flags, first.schema, first.table, first.columns,
+                                   source))
             pos += length
         return out
 
@@ -189,10 +192,12 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
                               else e.query)
             _add(cur, e)
         if runs and type(event) is E.RowsEvent and not event.flags & STMT_END_F:
-            stop, count = decoder.rows_like(view, end, event, _RUN_BYTES)
-            if count:  # events that only move the position (none ends a statement): past them at once
-                cur.events.append(RowsRun(event, view, end, stop, count, 4 if decoder.checksum_alg == CHECKSUM_CRC32
-                                          else 0))
+            # The events after it that only move the position (in a BEGIN transaction, the last may end the
+            # statement): past them at once, and the event with them.
+            stop, count, ends = decoder.rows_like(view, end, event, _RUN_BYTES, statement_end=cur.began)
+            if count:
+                cur.events[-1] = RowsRun(event, view, stop, count + 1, ends,
+                                         4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)
                 bounds.skip(stop)
                 walk.send(stop)
         if ended:

@@ -41,6 +41,12 @@ def use_speedups(enabled: bool = True) -> bool:
     return _speedups
 
 
+def keep_freed_memory() -> bool:
+    """Have malloc keep freed memory for reuse (``_sqlrows.keep_freed_memory``), when the C writer is in use: for
+    ``binlogd sql``, a process that writes and exits. Returns whether it applied."""
+    return _speedups and C.keep_freed_memory()
+
+
 def speedups_enabled() -> bool:
     """Whether :func:`row_lines` writes with the C extension."""
     return _speedups

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.reader import iter_events
+from binlogd.protocol.rows import STMT_END_F
 
 from binlogd.filetools import dump_events
 from binlogd.sqlout.groups import RowsRun, file_groups
@@ -18,7 +19,7 @@ from tests.support.paths import CORPUS
 from tests.support.sqlout import events_between, same_sql, speedups, sql_main
 from tests.unit.test_sql_native import c_rows  # noqa: F401 - a fixture
 
-SAKILA = CORPUS / "mysql-binlog-connector-java" / "mysql-bin.sakila"  # no checksums, 13 runs of 3 to 385 events
+SAKILA = CORPUS / "mysql-binlog-connector-java" / "mysql-bin.sakila"  # no checksums; 15 runs, 2 to 387 events
 pytestmark = pytest.mark.skipif(not SAKILA.exists(), reason="corpus file missing")
 
 
@@ -28,12 +29,13 @@ def _runs(path) -> list[RowsRun]:
 
 def test_runs_are_the_events_the_decoder_gives() -> None:
     runs = _runs(SAKILA)
-    assert len(runs) == 13 and sum(r.count for r in runs) == 1341
+    assert len(runs) == 15 and sum(r.count for r in runs) == 1371
     decoded = {e.header.pos: e for e in dump_events(SAKILA)}
     for run in runs:
         events = run.events()
         assert len(events) == run.count == events_between(run.view, run.start, run.stop)
-        assert events[0].header.pos == run.start == run.first.header.pos + run.first.header.event_length
+        assert events[0].header.pos == run.start == run.first.header.pos
+        assert run.ends and events[-1].flags & STMT_END_F  # each statement's last event ends its run
         for event in events:
             want = decoded[event.header.pos]
             assert event.header == want.header and event.table_id == want.table_id and event.flags == want.flags
@@ -81,7 +83,7 @@ def test_a_changed_timestamp_splits_the_run(tmp_path, capsysbinary) -> None:
         data[at:at + 4] = (int.from_bytes(data[at:at + 4], "little") + 3600).to_bytes(4, "little")
 
     path = _altered(tmp_path, "later", later)
-    assert len(_runs(path)) == len(_runs(SAKILA)) + 1  # the event is a run's first: two runs where there was one
+    assert len(_runs(path)) == len(_runs(SAKILA)) + 1  # the event stands alone between two runs where there was one
     code, out, _ = same_sql(capsysbinary, path)
     assert code == 0 and out.count(b"SET TIMESTAMP=") > _sql_timestamps(capsysbinary)
 
@@ -123,4 +125,13 @@ def test_the_walk_goes_on_where_it_is_sent() -> None:
         if event.header.pos == run.first.header.pos:
             assert walk.send(run.stop) is None
     everything = [e.header.pos for e in dump_events(SAKILA)]
-    assert seen == [p for p in everything if not run.start <= p < run.stop]
+    assert seen == [p for p in everything if not run.start < p < run.stop]
+
+
+def test_malloc_keeps_freed_memory_on_glibc() -> None:
+    """``binlogd sql`` has malloc keep freed memory (its output blocks then reuse touched pages): glibc only."""
+    import platform
+
+    from binlogd.protocol import _sqlrows
+
+    assert _sqlrows.keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
