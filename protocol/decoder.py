@@ -23,7 +23,8 @@ from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
 from .rows import ROWS_TYPES, STMT_END_F, RowImages, decode_rows, undecoded_rows
 
 try:  # Decoder.decode's frame check and rows_like in C, when built and not turned off (BINLOGD_PURE_PYTHON=1)
-    from ._skim import frame as _frame_c, rows_like as _rows_like_c
+    from ._skim import frame as _frame_c
+    from ._skim import rows_like as _rows_like_c
 except ImportError:  # not built: _frame's Python checks do the same, and rows_like takes nothing
     _frame_c = _rows_like_c = None
 if not speedups.ENABLED:

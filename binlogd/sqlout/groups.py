@@ -64,7 +64,8 @@ class Group:
 
     Fields:
         file: the binlog file (as given). start: offset of its first event; end: offset after its last.
-        events: its events in order (QUERY events as :class:`Statement`; BEGIN and the end are not kept).
+        events: its events in order (QUERY events as :class:`Statement`, runs of like rows events as
+        :class:`RowsRun` when asked for; BEGIN and the end are not kept).
         gtid: the GTID (``Gtid`` or ``MariadbGtid``) or None. began: logged with BEGIN (or as a
         MariaDB transaction): replayed inside BEGIN…COMMIT. closer: "COMMIT", "ROLLBACK" or the
         XA statement that ended it; None for a statement by itself.
@@ -161,7 +162,7 @@ def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker
 
 def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None,
                  runs: bool) -> Iterator[Group]:
-    view = memoryview(filetools.mapped(path))
+    view = filetools.mapped(path)
     decoder = Decoder(schema_source=tracker.lookup if tracker is not None else None)
     name = Path(path).name
     bounds = PositionTracker(Position(name, 4))  # the one rule for where transactions start and end

@@ -154,3 +154,27 @@ def events_between(view, start: int, stop: int) -> int:
         start += int.from_bytes(view[start + 9:start + 13], "little")
         count += 1
     return count
+
+
+def counting_c_writer(monkeypatch) -> dict:
+    """Counts the rows events the C writer writes (``C.rows`` one, ``C.rows_events`` a run of them) and what it
+    raises, in the dict it returns: ``{"ok": n, "runs": n, "raised": [exceptions]}``."""
+    calls = {"ok": 0, "runs": 0, "raised": []}
+
+    def counted(real, run: bool, events):
+        def call(*args):
+            try:
+                out = real(*args)
+            except Exception as exc:
+                calls["raised"].append(exc)
+                raise
+            calls["ok"] += events(*args)
+            calls["runs"] += run
+            return out
+        return call
+
+    C = native.C
+    monkeypatch.setattr(C, "rows", counted(C.rows, False, lambda *args: 1))
+    monkeypatch.setattr(C, "rows_events", counted(C.rows_events, True, lambda _a, _b, view, start, stop, *rest:
+                                                  events_between(view, start, stop)))
+    return calls

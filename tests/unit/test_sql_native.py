@@ -29,14 +29,15 @@ from binlogd.protocol.tablemap import Column
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from binlogd.cli import main
 from binlogd.sqlout import native
 from binlogd.sqlout.errors import SqlOutError
 from binlogd.sqlout.literals import literal_kind, quote
 from binlogd.sqlout.rowsql import TablePlan
 from tests.support.paths import CORPUS
-from tests.support.sqlout import events_between, speedups as _mode, sql_main as _sql
 from tests.support.rowfuzz import COLUMN_SPECS, mutate, value_bytes
+from tests.support.sqlout import counting_c_writer
+from tests.support.sqlout import speedups as _mode
+from tests.support.sqlout import sql_main as _sql
 
 C = pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
 
@@ -50,26 +51,7 @@ _HEADER = E.EventHeader(1700000000, 30, 7, 100, 0, 0, 1234)
 
 @pytest.fixture
 def c_rows(monkeypatch):
-    """Counts the rows events the C writer wrote (C.rows one, C.rows_events a run of them) and what it
-    raised: {"ok": n, "runs": n, "raised": [exceptions]}."""
-    calls = {"ok": 0, "runs": 0, "raised": []}
-
-    def counted(real, run: bool, events):
-        def call(*args):
-            try:
-                out = real(*args)
-            except Exception as exc:
-                calls["raised"].append(exc)
-                raise
-            calls["ok"] += events(*args)
-            calls["runs"] += run
-            return out
-        return call
-
-    monkeypatch.setattr(native.C, "rows", counted(C.rows, False, lambda *args: 1))
-    monkeypatch.setattr(native.C, "rows_events", counted(C.rows_events, True, lambda _a, _b, view, start, stop, *rest:
-                                                         events_between(view, start, stop)))
-    return calls
+    return counting_c_writer(monkeypatch)
 
 
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))

@@ -14,13 +14,18 @@ from binlogd.protocol.reader import iter_events
 from binlogd.protocol.rows import STMT_END_F
 
 from binlogd.filetools import dump_events
+from binlogd.sqlout import native
 from binlogd.sqlout.groups import RowsRun, file_groups
 from tests.support.paths import CORPUS
-from tests.support.sqlout import events_between, same_sql, speedups, sql_main
-from tests.unit.test_sql_native import c_rows  # noqa: F401 - a fixture
+from tests.support.sqlout import counting_c_writer, events_between, same_sql, speedups, sql_main
 
 SAKILA = CORPUS / "mysql-binlog-connector-java" / "mysql-bin.sakila"  # no checksums; 15 runs, 2 to 387 events
 pytestmark = pytest.mark.skipif(not SAKILA.exists(), reason="corpus file missing")
+
+
+@pytest.fixture
+def c_rows(monkeypatch):
+    return counting_c_writer(monkeypatch)
 
 
 def _runs(path) -> list[RowsRun]:
@@ -58,6 +63,25 @@ def test_sakila_same_sql_through_runs(capsysbinary, c_rows) -> None:
         if options != ["--database", "nope"]:
             assert c_rows["runs"] > 0, options
     assert c_rows["raised"] == []
+
+
+@pytest.mark.parametrize("leaves", ["None", "raises"])
+def test_a_run_the_c_writer_leaves_goes_event_by_event(leaves, capsysbinary, monkeypatch) -> None:
+    """A run whose shape the C writer does not take (run_lines gives None), or that it fails on, is written
+    from its events one by one (RowsRun.events), as if there had been no run."""
+    with speedups(True):
+        expected = {options: sql_main(capsysbinary, [SAKILA, *options])
+                    for options in ((), ("--flashback", "--skip-unsafe"))}
+
+    def run_lines(plan, run, invert):
+        if leaves == "raises":
+            raise ValueError("not this one")
+        return None
+
+    monkeypatch.setattr(native, "run_lines", run_lines)
+    with speedups(True):
+        for options, want in expected.items():
+            assert sql_main(capsysbinary, [SAKILA, *options]) == want, options
 
 
 def _altered(tmp_path, name: str, change) -> str:
