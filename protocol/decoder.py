@@ -79,6 +79,7 @@ _TRANSACTION_PAYLOAD, _START_ENCRYPTION = int(ET.TRANSACTION_PAYLOAD), int(ET.ST
 _FORMATS = frozenset({ET.FORMAT_DESCRIPTION, ET.START_V3})
 # What a decoder without rows passes as a bare Event: the rows events' context, which only rows decoding reads.
 _ROW_CONTEXT = frozenset({ET.TABLE_MAP, ET.ANNOTATE_ROWS, ET.ROWS_QUERY})
+_PAST_IN_TRANSACTION = ROWS_TYPES | _ROW_CONTEXT
 
 SchemaSource = Callable[[str, str], "TableSchema | None"]
 
@@ -283,6 +284,26 @@ class Decoder:
         ends_at = 19 + self.table_id_size(first.header.type_code) if statement_end else 0
         return _rows_like_c(view, pos, first.header.pos, head, ends_at, crc,
                             crc32 if crc and self.verify_checksums else None, limit)
+
+    def past_row_context(self, view: memoryview, pos: int, stop: int) -> tuple[int, bool]:
+        """Where the rows events, TABLE_MAPs, ANNOTATE_ROWS and ROWS_QUERY events from ``pos`` on end, read from
+        their headers alone (no checksum, nothing decoded), taking none that ends after ``stop``: what a BEGIN
+        transaction moves past without changing anything but its position (``PositionTracker.inside``).
+
+        Returns:
+            ``(end, cut)``: where they end, and whether one of them reaching past ``stop`` (or one whose length
+            field is out of bounds) is next there. ``(pos, False)`` for a decoder before its FDE, past a
+            START_ENCRYPTION, or that renumbers types.
+        """
+        if self.header_len != 19 or self.fde is None or self.encrypted_at is not None or self._type_permutation:
+            return pos, False
+        size = len(view)
+        while size - pos >= 19 and view[pos + 4] in _PAST_IN_TRANSACTION:
+            length = int.from_bytes(view[pos + 9:pos + 13], "little")
+            if length < 19 or length > size - pos or pos + length > stop:
+                return pos, True
+            pos += length
+        return pos, False
 
     def decode(self, data: bytes | memoryview, pos: int = 0) -> E.Event:
         """Decode one complete event (header, body and checksum: exactly ``event_length`` bytes).

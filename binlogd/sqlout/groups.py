@@ -140,12 +140,15 @@ def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> s
 
 
 def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None = None,
-                runs: bool = False) -> Iterator[Group]:
+                runs: bool = False, skip_before: int = 0) -> Iterator[Group]:
     """The groups of one binlog file, in order; a group the file ends inside is reported and left out.
 
     ``tracker`` (a schema history) names the columns of TABLE_MAPs that carry no names, and follows
     the DDL of the file. With ``runs``, the rows events after one that are just like it but for their
-    rows are kept as one :class:`RowsRun` (up to about 1 MiB of them each).
+    rows are kept as one :class:`RowsRun` (up to about 1 MiB of them each). A group that ends at or
+    before ``skip_before`` comes without the rows events, TABLE_MAPs and logged statements of its BEGIN
+    transaction, which are passed over unread (only their headers: they move nothing but the position);
+    a group that reaches past it is read again whole.
 
     Raises:
         SqlOutError: the file is not a binlog, is truncated or corrupt; an INCIDENT, LOAD DATA, or an
@@ -153,7 +156,7 @@ def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker
         OSError: the file cannot be read.
     """
     try:
-        yield from _file_groups(path, notice, tracker, runs)
+        yield from _file_groups(path, notice, tracker, runs, skip_before)
     except SqlOutError:
         raise
     except BinlogError as exc:
@@ -161,13 +164,14 @@ def file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker
 
 
 def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracker | None,
-                 runs: bool) -> Iterator[Group]:
+                 runs: bool, skip_before: int) -> Iterator[Group]:
     view = filetools.mapped(path)
     decoder = Decoder(schema_source=tracker.lookup if tracker is not None else None)
     name = Path(path).name
     bounds = PositionTracker(Position(name, 4))  # the one rule for where transactions start and end
     flavor = "mysql"
     cur: Group | None = None
+    skipped = False  # events of cur were passed over unread
     walk = iter_events(view, decoder)
     for event in walk:
         h = event.header
@@ -179,7 +183,7 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
         _check(event, path)
         if isinstance(event, (E.GtidEvent, E.MariadbGtidEvent)) and cur is not None:
             notice(f"{path}:{h.pos}: a GTID before the transaction at {cur.start} ended: that one is left out")
-            cur = None
+            cur, skipped = None, False
         ended = bounds.observe(event)
         if not ended and not bounds.in_transaction:
             continue  # between transactions: FORMAT_DESCRIPTION, ROTATE, GTID lists, checkpoints…
@@ -192,7 +196,19 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
                 e = Statement(e, _raw_statement(view, e, decoder) if e is event and h.type_code in _RAW_QUERIES
                               else e.query)
             _add(cur, e)
-        if runs and type(event) is E.RowsEvent and not event.flags & STMT_END_F:
+        if end < skip_before and bounds.inside and not ended:
+            stop, cut = decoder.past_row_context(view, end, skip_before)
+        else:
+            stop, cut = end, end > skip_before
+        if cut and (skipped or stop > end):  # cur reaches into the range, and some of it is passed over: read it whole
+            walk.send(cur.start)
+            bounds, cur, skipped, skip_before = PositionTracker(Position(name, cur.start)), None, False, 0
+            continue
+        if stop > end:
+            skipped = True
+            bounds.skip(stop)
+            walk.send(stop)
+        elif runs and type(event) is E.RowsEvent and not event.flags & STMT_END_F:
             # The events after it that only move the position (in a BEGIN transaction, the last may end the
             # statement): past them at once, and the event with them.
             stop, count, ends = decoder.rows_like(view, end, event, _RUN_BYTES, statement_end=cur.began)
@@ -204,7 +220,7 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
         if ended:
             cur.end = end
             yield cur
-            cur = None
+            cur, skipped = None, False
     if cur is not None:
         notice(f"{path}: the file ends inside the transaction at {cur.start}: it is left out")
 
@@ -303,7 +319,7 @@ def select(paths: list[str], rng: Range, notice: Callable[[str], None],
     started = rng.start_position is None and rng.start_datetime is None
     for index, path in enumerate(paths):
         first, last = index == 0, index == len(paths) - 1
-        for g in file_groups(path, notice, tracker, runs):
+        for g in file_groups(path, notice, tracker, runs, rng.start_position or 0 if first else 0):
             if not started:
                 if first and rng.start_position is not None and g.end <= rng.start_position:
                     continue

@@ -10,9 +10,10 @@ from __future__ import annotations
 import zlib
 
 import pytest
+from binlogd.protocol.decoder import Decoder
 
 from binlogd.sqlout.groups import RowsRun, file_groups
-from tests.support.sqlout import client, dump, flush, new_files, same_sql, target
+from tests.support.sqlout import client, dump, flush, new_files, same_sql, speedups, sql_main, target
 
 pytestmark = pytest.mark.server
 ROWS = 3000
@@ -107,3 +108,17 @@ def test_a_later_timestamp_inside_a_run(workload, tmp_path, capsysbinary) -> Non
     assert len(_runs(path)) == len(_runs(workload)) + 1
     code, out, _ = same_sql(capsysbinary, path)
     assert code == 0 and out.count(b"SET TIMESTAMP=") == 3  # the statement's, the altered event's, back again
+
+
+def test_a_start_inside_the_transaction(mariadb, workload, capsysbinary, monkeypatch) -> None:
+    """A start inside the transaction, after the events passed over by their headers (before it: the file's
+    other transactions), reads the transaction again whole: the same SQL as with every event read."""
+    run = max(_runs(workload), key=lambda r: r.count)
+    starts = [run.start, run.start + run.first.header.event_length, run.stop - 1]
+    with speedups(True):
+        fast = [sql_main(capsysbinary, [workload, "--start-position", start]) for start in starts]
+        monkeypatch.setattr(Decoder, "past_row_context", lambda self, view, pos, stop: (pos, False))
+        slow = [sql_main(capsysbinary, [workload, "--start-position", start]) for start in starts]
+    assert fast == slow
+    assert all(code == 0 and b"moved to its start" in err and sql.count(b"INSERT INTO") > 10
+               for code, sql, err in fast)

@@ -159,3 +159,26 @@ def test_malloc_keeps_freed_memory_on_glibc() -> None:
     from binlogd.protocol import _sqlrows
 
     assert _sqlrows.keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_start_position_passes_over_what_comes_before(capsysbinary, monkeypatch) -> None:
+    """Before --start-position, a BEGIN transaction's rows events, TABLE_MAPs and logged statements are passed
+    over by their headers (Decoder.past_row_context); a transaction the start falls inside is read again
+    whole. Every start gives what it gives with every event read."""
+    events = [e.header.pos for e in dump_events(SAKILA)]
+    starts = events[::97] + [run.start + 1 for run in _runs(SAKILA)] + [events[-1]]
+    real, passed = Decoder.past_row_context, []
+
+    def counted(self, view, pos, stop):
+        out = real(self, view, pos, stop)
+        passed.append(out[0] - pos)
+        return out
+
+    with speedups(True):
+        monkeypatch.setattr(Decoder, "past_row_context", counted)
+        fast = {start: sql_main(capsysbinary, [SAKILA, "--start-position", start]) for start in starts}
+        monkeypatch.setattr(Decoder, "past_row_context", lambda self, view, pos, stop: (pos, False))
+        for start in starts:
+            assert sql_main(capsysbinary, [SAKILA, "--start-position", start]) == fast[start], start
+    assert sum(passed) > 1_000_000  # most of the file's bytes were passed over unread
+    assert any(b"moved to its start" in err for _, _, err in fast.values())
