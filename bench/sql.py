@@ -18,7 +18,8 @@
 3. checks binlogd's output holds every row change (INSERT tuples, UPDATE and DELETE statements) and
    exits with status 1 if not;
 4. times binlogd's C row writer alone (:func:`writer_seconds`: the floor of any replay with it), and both
-   tools on the range of one transaction, next to a bare ``python -c pass`` (:func:`one_transaction`);
+   tools on the ranges of the first and the last transaction, next to a bare ``python -c pass``
+   (:func:`one_transaction`);
 5. prints row changes per second of each (from its best round, and the range over the rounds) and the
    ratios binlogd/peer: of the best rounds, and the range of the ratios within each round; and each
    tool's least CPU time (user + system: steadier than wall time on a shared machine) and the ratio of
@@ -136,20 +137,24 @@ def writer_seconds(files: list[str], rounds: int) -> float | None:
 
 
 def one_transaction(files: list[str], rounds: int, env: dict, binlogd: list[str]) -> dict:
-    """Best wall seconds over ``rounds`` of ``binlogd sql`` and ``mariadb-binlog`` on the range of the files'
-    first transaction with rows (a restore's short range: start-up is most of it), and of binlogd's Python
-    starting and doing nothing (``python -c pass``, as binlogd's interpreter starts: the part no Python
-    tool can go below). Returns ``{"rows": …, "seconds": {name: s}}``."""
+    """Best wall seconds over ``rounds`` of ``binlogd sql`` and ``mariadb-binlog`` on the range of the first file's
+    first and last transactions with rows (a restore's short range: start-up is most of it, and before the last
+    one, how fast a tool gets past the rest of the file), and of binlogd's Python starting and doing nothing
+    (``python -c pass``, as binlogd's interpreter starts: the part no Python tool can go below).
+    Returns ``{"rows": {"first": n, "last": n}, "seconds": {name: s}}``."""
     from binlogd.protocol.events import RowsEvent
 
     from binlogd.sqlout.groups import file_groups
 
-    group = next(g for g in file_groups(files[0], log) if any(isinstance(e, RowsEvent) for e in g.events))
-    rows = sum(len(e.rows) for e in group.events if isinstance(e, RowsEvent))
-    where = [f"--start-position={group.start}", f"--stop-position={group.end}", files[0]]
+    with_rows = [g for g in file_groups(files[0], log) if any(isinstance(e, RowsEvent) for e in g.events)]
     peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
-    runs = {"binlogd sql": ([*binlogd, "sql", *where], env), "mariadb-binlog": ([peer, "--no-defaults", *where], None),
-            "python -c pass": ([binlogd[0] if len(binlogd) > 1 else sys.executable, "-c", "pass"], env)}
+    runs, rows = {}, {}
+    for which, group in (("first", with_rows[0]), ("last", with_rows[-1])):
+        rows[which] = sum(len(e.rows) for e in group.events if isinstance(e, RowsEvent))
+        where = [f"--start-position={group.start}", f"--stop-position={group.end}", files[0]]
+        runs[f"binlogd sql, {which}"] = ([*binlogd, "sql", *where], env)
+        runs[f"mariadb-binlog, {which}"] = ([peer, "--no-defaults", *where], None)
+    runs["python -c pass"] = ([binlogd[0] if len(binlogd) > 1 else sys.executable, "-c", "pass"], env)
     best = {name: min(timed(cmd, cmd_env)[0] for _ in range(rounds)) for name, (cmd, cmd_env) in runs.items()}
     return {"rows": rows, "seconds": best}
 
@@ -242,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, r in ratios.items():
         lo, hi = ratio_ranges[label]
         print(f"  {label:<40} {r:.2f}x (per round {lo:.2f}-{hi:.2f}x; CPU time {result['cpu_ratios'][label]:.2f}x)")
-    print(f"  one transaction ({short['rows']} row changes): " + ", ".join(
-        f"{name} {sec * 1000:.1f} ms" for name, sec in short["seconds"].items()))
+    print(f"  one transaction ({short['rows']['first']} and {short['rows']['last']} row changes, the file's first "
+          "and last): " + ", ".join(f"{name} {sec * 1000:.1f} ms" for name, sec in short["seconds"].items()))
     if writer is not None:
         print(f"  binlogd's C row writer alone (in memory): {writer:.3f} s, {writer / best['mariadb-binlog']:.2f} of "
               f"mariadb-binlog's whole run, {writer / best['binlogd sql']:.2f} of binlogd sql's")
