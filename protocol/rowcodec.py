@@ -18,8 +18,8 @@ Set ``BINLOGD_PURE_PYTHON=1`` in the environment, or call
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from functools import partial as _bind
-from typing import Callable
 
 from . import speedups
 from . import values as V

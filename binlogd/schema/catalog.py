@@ -8,10 +8,10 @@ could not be followed) or ``DROPPED``.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from .model import BLOB_PACK, CHAR_TYPES, ColumnDef, TableDef, mbmaxlen, sized_text
 
+TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:  # the change records come with the DDL parser, imported at the first DDL statement
     from . import changes as D
 

@@ -13,7 +13,6 @@ import argparse
 import mmap
 import os
 import sys
-from pathlib import Path
 
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError
@@ -88,15 +87,17 @@ def cmd_schema(args) -> int:
     tracker, entries, where = SchemaTracker(warn=_warn), [], args.seed
     try:
         if args.seed:
-            entries = seed_entries(tracker, Path(args.seed).read_text(), os.path.basename(args.files[0]), 4)
+            with open(args.seed, encoding="utf-8") as fh:
+                seed = fh.read()
+            entries = seed_entries(tracker, seed, os.path.basename(args.files[0]), 4)
         for where in args.files:
             entries.extend(file_entries(tracker, where))
     except (BinlogError, OSError, UnicodeDecodeError) as exc:
         message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"binlogd: {where}: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    out = Path(args.out)
-    tmp = out.with_name(out.name + ".tmp")
+    out = args.out
+    tmp = f"{out}.tmp"
     try:
         with open(tmp, "wb") as fh:
             fh.write(b"".join(e.to_json() for e in entries))

@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 
@@ -111,7 +110,8 @@ def read_history(path: str | os.PathLike) -> list[Entry]:
         SchemaHistoryError: a complete line that is not a valid entry (naming the file and line).
         OSError: the file cannot be read.
     """
-    data = Path(path).read_bytes()
+    with open(path, "rb") as fh:
+        data = fh.read()
     lines = data.split(b"\n")
     out = []
     for number, line in enumerate(lines[:-1], 1):  # the part after the last newline is incomplete
@@ -131,7 +131,7 @@ class HistoryWriter:
     """
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = os.fspath(path)
         self._fh = open(self.path, "ab+")
         self._fh.seek(0)
         data = self._fh.read()

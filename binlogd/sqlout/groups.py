@@ -14,10 +14,10 @@ and both corrections are reported through ``notice``.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Iterator
 
 from binlogd import filetools
 from binlogd.protocol import events as E
@@ -167,7 +167,7 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
                  runs: bool, skip_before: int) -> Iterator[Group]:
     view = filetools.mapped(path)
     decoder = Decoder(schema_source=tracker.lookup if tracker is not None else None)
-    name = Path(path).name
+    name = os.path.basename(path)
     bounds = PositionTracker(Position(name, 4))  # the one rule for where transactions start and end
     flavor = "mysql"
     cur: Group | None = None
@@ -281,11 +281,11 @@ def check_sequence(paths: list[str]) -> None:
             nxt = filetools.info(prev).next_file
         except BinlogError as exc:
             raise SqlOutError(f"{prev}: {exc}") from exc
-        name = Path(path).name
-        if nxt is not None and Path(nxt).name != name:
+        name = os.path.basename(path)
+        if nxt is not None and os.path.basename(nxt) != name:
             raise SqlOutError(f"{prev} rotates to {nxt}, but the next file given is {path}: "
                               f"{nxt} is missing or the files are out of order")
-        if nxt is None and not _numbered_successor(Path(prev).name, name):
+        if nxt is None and not _numbered_successor(os.path.basename(prev), name):
             raise SqlOutError(f"{path} does not follow {prev} ({prev} ends without a ROTATE and {name} "
                               "is not its next number): a file is missing or the files are out of order")
 

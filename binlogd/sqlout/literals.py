@@ -23,7 +23,7 @@ import binascii
 import re
 import struct
 from base64 import b64decode
-from typing import Callable
+from collections.abc import Callable
 
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import ColumnType as T

@@ -15,8 +15,8 @@ between ``DELIMITER /*!*/;`` and ``DELIMITER ;`` (stored programs, trailing comm
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from binlogd.protocol import events as E
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
