@@ -23,7 +23,8 @@
  * when its length field equals len(view), the view has room for the header and crc_len bytes, and
  * the CRC32 matches (when crc32 is given); None otherwise, and for FORMAT_DESCRIPTION and START_V3
  * (whose checksums the decoder handles its own way), so that the caller's Python check runs and
- * raises its error. Never raises for the event's contents (only an exception of crc32 propagates). *
+ * raises its error. Never raises for the event's contents (only an exception of crc32 propagates).
+ *
  * rows_like(view, pos, first, head_len, ends_at, crc_len, crc32, limit): protocol.decoder.Decoder.rows_like.
  *   view: a memoryview of a whole file (or stream) of events with v4 (19-byte) headers; first: the
  *   offset in it of a rows event already decoded, whose row images start head_len bytes in; ends_at: the
