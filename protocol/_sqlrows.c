@@ -362,24 +362,23 @@ write_events(Image *first, PyObject *second, int what, const Py_buffer *head, in
         return PyErr_NoMemory();
     Out o = {NULL, NULL, 0, 0, NULL};
     PyObject *result = NULL;
-    Py_ssize_t k = 0, images = 0;
+    Py_ssize_t images = 0;
     for (Py_ssize_t i = 0; i < nevents; i++)
         images += spans[2 * i + 1];
     if (room(&o, images < PY_SSIZE_T_MAX / 4 ? 2 * images + head->len : 0) == NULL)
-        k = -1;
-    for (; k >= 0 && k < nevents; k++) {
+        goto done;
+    for (Py_ssize_t k = 0; k < nevents; k++) {
         Py_ssize_t i = reverse ? nevents - 1 - k : k, count = 0;
         Buf b = {base + spans[2 * i], spans[2 * i + 1], 0};
         o.readable = b.s + b.len;
         if ((k && add(&o, "\n", 1) < 0)
             || put_rows(&o, what, head, first, pairs ? (Image *)second : NULL, &b, sp, nspans, reverse, &count) < 0)
-            break;
+            goto done;
         total += count;
     }
-    if (k == nevents) {
-        PyObject *text = out_bytes(&o);
-        result = text == NULL ? NULL : Py_BuildValue("(Nn)", text, total);
-    }
+    PyObject *text = out_bytes(&o);
+    result = text == NULL ? NULL : Py_BuildValue("(Nn)", text, total);
+done:
     PyMem_Free(sp);
     Py_XDECREF(o.bytes);
     return result;

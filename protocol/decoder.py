@@ -225,6 +225,17 @@ class Decoder:
                 self._verify_crc(view, header, pos)
         return header, alg, end
 
+    @property
+    def crc_len(self) -> int:
+        """The checksum bytes at the end of each event: 4 for CRC32, else 0."""
+        return 4 if self.checksum_alg == CHECKSUM_CRC32 else 0
+
+    def _plain_v4(self) -> bool:
+        """Past an FDE of v4 (19-byte) headers, types as logged, not encrypted: where the C checks may take
+        events (decode checks the same inline, on its hot path)."""
+        return self.fde is not None and self.header_len == 19 and self.encrypted_at is None \
+            and not self._type_permutation
+
     def skim_run(self, events: list, start: int, end: int, expect: int) -> SkimRun:
         """Check ``events[start:end]`` in one call while they are events a decoder without rows
         passes undecoded (rows events, TABLE_MAP, ANNOTATE_ROWS, ROWS_QUERY) and need nothing but
@@ -238,8 +249,7 @@ class Decoder:
         Returns:
             A :class:`protocol.skim.SkimRun` (``stop == start`` when nothing was taken).
         """
-        if self.rows or self.header_len != 19 or self._type_permutation or self.encrypted_at is not None \
-                or self.fde is None:
+        if self.rows or not self._plain_v4():
             from .skim import SkimRun
 
             return SkimRun(start, expect, 0, 0, {})
@@ -250,8 +260,8 @@ class Decoder:
             for tc in ROWS_TYPES:
                 table[tc] = 1 + self.table_id_size(tc) + 2  # table id and flags
             self._skim_table = (self._post_header, bytes(table))
-        crc = self.checksum_alg == CHECKSUM_CRC32
-        return self._skim.skim_run(events, start, end, self._skim_table[1], 4 if crc else 0,
+        crc = self.crc_len
+        return self._skim.skim_run(events, start, end, self._skim_table[1], crc,
                                    crc32 if crc and self.verify_checksums else None, expect)
 
     def rows_like(self, view: memoryview, pos: int, first: E.RowsEvent, limit: int,
@@ -275,11 +285,11 @@ class Decoder:
             for a compressed or partial event, or a decoder that renumbers types or is past a START_ENCRYPTION).
         """
         images = first._decode
-        if _rows_like_c is None or self.header_len != 19 or self._type_permutation or self.encrypted_at is not None \
-                or not isinstance(images, RowImages) or images.partial or not isinstance(images.data, memoryview) \
-                or images.data.obj is not view.obj or first.flags & STMT_END_F:
+        if _rows_like_c is None or not self._plain_v4() or not isinstance(images, RowImages) or images.partial \
+                or not isinstance(images.data, memoryview) or images.data.obj is not view.obj \
+                or first.flags & STMT_END_F:
             return pos, 0, False
-        crc = 4 if self.checksum_alg == CHECKSUM_CRC32 else 0
+        crc = self.crc_len
         head = first.header.event_length - crc - len(images.data)
         ends_at = 19 + self.table_id_size(first.header.type_code) if statement_end else 0
         return _rows_like_c(view, pos, first.header.pos, head, ends_at, crc,
@@ -295,7 +305,7 @@ class Decoder:
             field is out of bounds) is next there. ``(pos, False)`` for a decoder before its FDE, past a
             START_ENCRYPTION, or that renumbers types.
         """
-        if self.header_len != 19 or self.fde is None or self.encrypted_at is not None or self._type_permutation:
+        if not self._plain_v4():
             return pos, False
         size = len(view)
         while size - pos >= 19 and view[pos + 4] in _PAST_IN_TRANSACTION:
@@ -320,8 +330,8 @@ class Decoder:
         """
         view = memoryview(data)
         fields = None
-        # The C check of _frame's common case: a v4 header after an FDE, no renumbering, not encrypted
-        # (it returns None for FORMAT_DESCRIPTION, START_V3 and any event _frame would reject).
+        # The C check of _frame's common case: _plain_v4() inline (it returns None for FORMAT_DESCRIPTION,
+        # START_V3 and any event _frame would reject).
         if self._frame_c is not None and self.fde is not None and self.header_len == 19 \
                 and self.encrypted_at is None and not self._type_permutation:
             alg = self.checksum_alg

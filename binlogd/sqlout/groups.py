@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from binlogd import filetools
 from binlogd.protocol import events as E
 from binlogd.protocol.bodies import mariadb_uncompress
-from binlogd.protocol.constants import CHECKSUM_CRC32, LOG_EVENT_IGNORABLE_F
+from binlogd.protocol.constants import LOG_EVENT_IGNORABLE_F
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError
@@ -132,7 +132,7 @@ def _raw_statement(view: memoryview, event: E.QueryEvent, decoder: Decoder) -> s
     post = decoder.post_header_len(h.type_code)
     status_len = int.from_bytes(view[body + 11:body + 13], "little") if post >= 13 else 0
     start = body + post + status_len + view[body + 8] + 1
-    end = h.pos + h.event_length - (4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)
+    end = h.pos + h.event_length - decoder.crc_len
     raw = bytes(view[start:end])
     if h.type_code == ET.QUERY_COMPRESSED:
         raw = mariadb_uncompress(memoryview(raw))
@@ -213,8 +213,7 @@ def _file_groups(path: str, notice: Callable[[str], None], tracker: SchemaTracke
             # statement): past them at once, and the event with them.
             stop, count, ends = decoder.rows_like(view, end, event, _RUN_BYTES, statement_end=cur.began)
             if count:
-                cur.events[-1] = RowsRun(event, view, stop, count + 1, ends,
-                                         4 if decoder.checksum_alg == CHECKSUM_CRC32 else 0)
+                cur.events[-1] = RowsRun(event, view, stop, count + 1, ends, decoder.crc_len)
                 bounds.skip(stop)
                 walk.send(stop)
         if ended:

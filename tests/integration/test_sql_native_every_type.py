@@ -8,28 +8,20 @@ from __future__ import annotations
 
 import pytest
 from binlogd.protocol import events as E
-from binlogd.protocol import rowcodec
 
 from binlogd.cli import main
 from binlogd.filetools import dump_events
 from binlogd.sqlout import native
 from tests.support import every_type as RV
-from tests.support.sqlout import events_between
+from tests.support.sqlout import events_between, speedups, sql_main
 
 pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
 pytestmark = pytest.mark.server
 
 
 def _sql(capsysbinary, args: list, c_writer: bool) -> tuple[int, bytes, bytes]:
-    rowcodec.use_speedups(c_writer)
-    native.use_speedups(c_writer)
-    try:
-        code = main(["sql", *map(str, args)])
-    finally:
-        rowcodec.use_speedups(True)
-        native.use_speedups(True)
-    out, err = capsysbinary.readouterr()
-    return code, out, err
+    with speedups(c_writer):
+        return sql_main(capsysbinary, args)
 
 
 @pytest.mark.parametrize("server_name", ["mariadb", "mariadb_minimal"])
