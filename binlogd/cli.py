@@ -9,10 +9,12 @@ or sink unusable); 130 interrupted.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
 from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.lazyjson import orjson
 
 # Each command imports what it needs when it runs (``binlogd info`` starts in tens of milliseconds), and so
 # does main() for the parser: importing this module takes about a millisecond, and a Ctrl-C after it
@@ -59,7 +61,7 @@ def cmd_info(args) -> int:
 
     _configure_store(args)
     if args.json:
-        _import_orjson()  # only for --json (main() leaves it to info)
+        orjson()  # only for --json (main() leaves it to info and sql)
     status = EXIT_OK
     for path in args.files:
         try:
@@ -176,7 +178,7 @@ def _error(path: str, exc: BaseException) -> None:
 
 def build_parser(command: str | None = None):
     """The CLI's ``argparse.ArgumentParser``; for a ``command`` of :data:`_LIGHT`, without the other
-    commands' parsers."""
+    commands' parsers, and for ``sql`` or ``schema``, without the other one's."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="binlogd", description="MySQL/MariaDB binlog decoder and CDC daemon")
@@ -197,11 +199,13 @@ def build_parser(command: str | None = None):
                    help="a schema history (binlogd schema build, or the daemon's) naming columns before the files' DDL")
     _store_arguments(p)
     p.set_defaults(func=cmd_dump)
-    if command not in _LIGHT:
-        from . import sqlout
+    if command not in _LIGHT and command != "sql":
         from .schema import cli as schema_cli
 
         schema_cli.add_parser(sub)
+    if command not in _LIGHT and command != "schema":
+        from . import sqlout
+
         p = sub.add_parser("sql", help="SQL to replay binlogs (point-in-time recovery) or undo their row changes")
         sqlout.add_arguments(p, _datetime)
         p.set_defaults(func=sqlout.run)
@@ -217,27 +221,6 @@ def build_parser(command: str | None = None):
     return parser
 
 
-def _import_orjson() -> None:
-    """Import orjson with Ctrl-C held back until it is done: its module init crashes the process
-    (SIGSEGV) when a KeyboardInterrupt comes up inside it (one of the imports it does itself fails).
-    A Ctrl-C meanwhile is raised right after, as a KeyboardInterrupt."""
-    import signal
-    import threading
-
-    if (signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-            or threading.current_thread() is not threading.main_thread()):
-        import orjson  # noqa: F401  (Ctrl-C ignored or handled elsewhere: nothing to hold back)
-        return
-    caught = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        import orjson  # noqa: F401
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if caught:
-        raise KeyboardInterrupt
-
-
 def info_args(argv: list[str]):
     """``info [--json] FILE…`` with no other option, parsed without argparse (importing it and building the
     parsers is a good part of ``binlogd info``'s start): the arguments argparse would give; None for any
@@ -251,17 +234,33 @@ def info_args(argv: list[str]):
                            path_style=False, func=cmd_info)
 
 
+def _parse(argv: list[str], whole_process: bool):
+    """The parsed command line, with the garbage collector off meanwhile: the command's imports, most of
+    a short command's start, make many objects and no garbage, and each collection would walk them all.
+    When main() is the whole process (``whole_process``), what they made is then frozen (``gc.freeze``),
+    so that no later collection walks it either."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return info_args(argv) or build_parser(argv[0] if argv else None).parse_args(argv)
+    finally:
+        if whole_process:
+            gc.freeze()
+        if was_on:
+            gc.enable()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. Ctrl-C at any point (imports included) exits 130 quietly."""
-    argv = sys.argv[1:] if argv is None else argv
+    whole_process, argv = argv is None, sys.argv[1:] if argv is None else argv
     try:
-        if argv[:1] != ["info"]:  # info imports it only for --json
-            _import_orjson()
+        if argv[:1] not in (["info"], ["sql"]):  # info and sql import it when they need it
+            orjson()
         if argv[:1] == ["spark"]:  # its own parser: binlogd spark index|changes|zip …
             from binlogd.pipeline.__main__ import main as spark_main
 
             return spark_main(argv[1:], prog="binlogd spark")
-        args = info_args(argv) or build_parser(argv[0] if argv else None).parse_args(argv)
+        args = _parse(argv, whole_process)
         return args.func(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

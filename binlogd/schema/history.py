@@ -19,11 +19,10 @@ import re
 from collections import deque
 from collections.abc import Callable
 
-import orjson
-
 from binlogd.protocol.charsets import charset_for_collation
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.lazyjson import orjson
 from binlogd.protocol.records import record
 
 from .catalog import DROPPED, UNKNOWN, Catalog
@@ -85,7 +84,7 @@ class Entry:
             obj.update(kind="table", **self.state.to_json())
         else:
             obj["kind"] = self.state
-        return orjson.dumps(obj) + b"\n"
+        return orjson().dumps(obj) + b"\n"
 
     @classmethod
     def from_json(cls, obj: dict) -> Entry:
@@ -113,13 +112,14 @@ def read_history(path: str | os.PathLike) -> list[Entry]:
     with open(path, "rb") as fh:
         data = fh.read()
     lines = data.split(b"\n")
+    json = orjson()
     out = []
     for number, line in enumerate(lines[:-1], 1):  # the part after the last newline is incomplete
         if not line.strip():
             continue
         try:
-            out.append(Entry.from_json(orjson.loads(line)))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            out.append(Entry.from_json(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SchemaHistoryError(f"{path}: line {number} is not a schema history entry ({exc})")
     return out
 

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.jsonb import JsonDiff
-from binlogd.protocol.serialize import dumps
 from binlogd.protocol.tablemap import BLOB_TYPES, Column
 
 from .errors import SqlOutError
@@ -108,6 +107,11 @@ def _hex(v) -> str:
 
 
 def _json(v) -> str:
+    from binlogd.protocol.lazyjson import orjson
+
+    orjson()  # held back from sql's start-up (protocol.lazyjson)
+    from binlogd.protocol.serialize import dumps
+
     return "CAST(" + quote(dumps(v).decode()) + " AS JSON)"
 
 

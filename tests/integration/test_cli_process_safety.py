@@ -105,7 +105,7 @@ def test_core_dumps_are_turned_off():
 _ORJSON = """import os, signal, sys, threading, time
 try:
     threading.Timer(float(sys.argv[1]), os.kill, (os.getpid(), signal.SIGINT)).start()
-    from binlogd.cli import _import_orjson
+    from binlogd.protocol.lazyjson import orjson
     {import_}
     time.sleep(2)
 except KeyboardInterrupt:
@@ -126,4 +126,4 @@ def _ctrl_c_during_orjson_import(import_: str) -> dict[int, int]:
 def test_ctrl_c_inside_the_orjson_import_does_not_crash():
     """orjson's module init segfaults when a KeyboardInterrupt comes up inside it (one of its own
     imports fails); main() imports it with SIGINT held back, so the Ctrl-C is a KeyboardInterrupt after."""
-    assert _ctrl_c_during_orjson_import("_import_orjson()") == {130: 40}
+    assert _ctrl_c_during_orjson_import("orjson()") == {130: 40}

@@ -134,3 +134,23 @@ def test_bad_input_and_usage(corpus, capsysbinary, tmp_path):
         with pytest.raises(SystemExit) as exc:
             main(["sql", *bad, str(corpus / ENUM_SET)])
         assert exc.value.code == 2
+
+
+_START = """import gc, sys
+from binlogd.cli import main
+sys.argv = ["binlogd", "sql", *sys.argv[1:]]
+code = main()
+print(code, "orjson" in sys.modules, gc.get_freeze_count() > 0, gc.isenabled(), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("name", "orjson"), [(ENUM_SET, "False"), ("rust_mysql_common/json.binlog.000001", "True")])
+def test_start_up_leaves_out_orjson_and_freezes_its_imports(corpus, name, orjson):
+    """``binlogd sql`` imports orjson only for a value that needs it (a partial JSON update's, here); as the whole
+    process, it freezes what its imports made (gc.freeze) and leaves the collector on."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _START, str(corpus / name)], capture_output=True, text=True, timeout=60)
+    assert run.stderr.splitlines()[-1] == f"0 {orjson} True True", run.stderr
+    assert "COMMIT;" in run.stdout
