@@ -55,7 +55,7 @@ def _configure_store(args) -> None:
 
 
 def cmd_info(args) -> int:
-    import dataclasses
+    from binlogd.protocol.records import asdict
 
     from . import filetools
 
@@ -70,7 +70,7 @@ def cmd_info(args) -> int:
             _error(path, exc)
             status = EXIT_BAD_INPUT
             continue
-        report = dict(dataclasses.asdict(result), bytes_read=bytes_read)
+        report = dict(asdict(result), bytes_read=bytes_read)
         if args.json:
             from binlogd.protocol.serialize import dumps
 

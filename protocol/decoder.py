@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
-from dataclasses import replace
 
 from . import bodies as B
 from . import events as E
@@ -20,6 +19,7 @@ from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
 from .errors import ChecksumError, EventDecodeError, ProtocolError
 from .primitives import HEADER_V1, HEADER_V4, U16, U32, crc32, need, packed_len
+from .records import replace
 from .rows import ROWS_TYPES, STMT_END_F, RowImages, decode_rows, undecoded_rows
 
 try:  # Decoder.decode's frame check and rows_like in C, when built and not turned off (BINLOGD_PURE_PYTHON=1)

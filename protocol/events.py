@@ -10,11 +10,9 @@ is made (most classes of a run never have one) and ``__repr__``, ``__eq__`` and 
 
 from __future__ import annotations
 
-from dataclasses import field
-
 from .constants import LOG_EVENT_ARTIFICIAL_F, EventType, event_name
 from .primitives import text
-from .records import record
+from .records import field, record
 
 TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:

@@ -19,7 +19,6 @@ bytes, because the seek reads a few KiB at each end of a file that may hold many
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 
 from .constants import CHECKSUM_CRC32, LOG_EVENT_BINLOG_IN_USE_F
 from .constants import EventType as ET
@@ -28,6 +27,7 @@ from .errors import ProtocolError, TruncatedError
 from .events import Event, FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, RotateEvent
 from .primitives import crc32
 from .reader import ONLY_MAGIC, check_magic
+from .records import record
 
 TYPE_CHECKING = False  # typing itself is not imported at run time (start-up: `binlogd info`)
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ _BACKWARD_EVENTS = 4096       # events of the last transaction walked from its G
 _BACKWARD_BYTES = 64 << 20    # bytes read back from the end looking for the last GTID
 
 
-@dataclass
+@record(frozen=False)
 class BinlogInfo:
     """What ``binlogd info`` reports for one file (keys of ``--json``)."""
 

@@ -24,13 +24,12 @@ Pure: the daemon, the file tools and Spark share it.
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 
 from . import events as E
 from .constants import HEARTBEATS
 from .constants import EventType as ET
 from .gtid import Gtid, MariadbGtid, MariadbGtidList, MysqlGtidSet
-from .records import record
+from .records import record, replace
 from .rows import ROWS_TYPES, STMT_END_F
 
 _GROUP_OPENERS = frozenset({ET.INTVAR, ET.RAND, ET.USER_VAR, ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK,

@@ -8,12 +8,10 @@ may supply a :class:`TableSchema` instead.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .constants import ColumnType as T
 from .errors import EventDecodeError
 from .primitives import need, packed_bytes, packed_len, take, text
-from .records import record
+from .records import record, replace
 
 MAX_COLUMNS = 4096  # MySQL's limit on columns per table
 BINARY_COLLATION = 63

@@ -7,7 +7,7 @@ could not be followed) or ``DROPPED``.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from binlogd.protocol.records import replace
 
 from .model import BLOB_PACK, CHAR_TYPES, ColumnDef, TableDef, mbmaxlen, sized_text
 

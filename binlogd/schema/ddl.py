@@ -16,12 +16,13 @@ clause with its tokenizer.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 from sqlglot import exp
 from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType as TT
+
+from binlogd.protocol.records import replace
 
 from .changes import (
     AddColumn,

@@ -24,7 +24,8 @@ after a DEFAULT (which sqlglot parses as part of the value; ddl.parse takes it a
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+
+from binlogd.protocol.records import replace
 
 from .changes import CreateDatabase, CreateTable
 from .model import ColumnDef, charset_name

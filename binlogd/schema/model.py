@@ -8,11 +8,9 @@ turns it into the :class:`binlogd.protocol.tablemap.TableSchema` the decoder app
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
-
 from binlogd.protocol.charsets import COLLATIONS, charset_for_collation
 from binlogd.protocol.constants import ColumnType as T
-from binlogd.protocol.records import record
+from binlogd.protocol.records import asdict, record, replace
 from binlogd.protocol.tablemap import Column, TableSchema
 
 # Bytes per character of each character set (the server's mbmaxlen); 1 when not listed.

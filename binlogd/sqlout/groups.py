@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from binlogd import filetools
 from binlogd.protocol import events as E
@@ -29,6 +28,7 @@ from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.gtid import Gtid, MariadbGtid, MysqlGtidSet
 from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import iter_events
+from binlogd.protocol.records import field, record
 from binlogd.protocol.rows import STMT_END_F, RowImages
 from binlogd.schema.history import SchemaTracker
 
@@ -47,7 +47,7 @@ def statement_kind(text: str) -> str:
     return text.lstrip(" \t\r\n(/*").upper()
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Statement:
     """A QUERY event with its statement text exactly as logged (raw bytes as surrogate-escaped str)."""
 
@@ -58,7 +58,7 @@ class Statement:
 _CONTEXT = (E.IntvarEvent, E.RandEvent, E.UserVarEvent, E.TableMapEvent, E.RowsQueryEvent, E.LoadBlockEvent)
 
 
-@dataclass
+@record(frozen=False)
 class Group:
     """One transaction, or one statement logged by itself.
 
@@ -294,7 +294,7 @@ def _numbered_successor(prev: str, name: str) -> bool:
     return bool(a and b and a.group(1) == b.group(1) and int(b.group(2)) == int(a.group(2)) + 1)
 
 
-@dataclass
+@record(frozen=False)
 class Range:
     """The range options. Positions apply to the first file (start) and the last (stop); datetimes
     are unix seconds; ``gtids`` keeps only the transactions it holds (see :func:`parse_gtids`)."""

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from binlogd.protocol import events as E
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.gtid import Gtid, MariadbGtid
+from binlogd.protocol.records import field, record
 from binlogd.protocol.rows import RowImages
 
 from . import native
@@ -39,7 +39,7 @@ _HARMLESS = ("SAVEPOINT", "RELEASE SAVEPOINT")  # statements a flashback may ste
 _DATABASE_DDL = ("CREATE DATABASE", "CREATE SCHEMA", "DROP DATABASE", "DROP SCHEMA")
 
 
-@dataclass
+@record(frozen=False)
 class Filters:
     """``--database`` and ``--table``: row changes of a listed database or table, statements whose
     default database is listed; no filter keeps everything (``--table`` alone keeps no statement)."""
@@ -58,7 +58,7 @@ class Filters:
         return schema in self.databases
 
 
-@dataclass
+@record(frozen=False)
 class Renderer:
     """Turns groups into SQL, keeping the session state the output has set so far.
 

@@ -3,7 +3,8 @@
 Each case declares one class body twice, once as a record and once as a dataclass, and checks that what
 users of a frozen dataclass rely on comes out the same: the constructor (defaults, factories,
 ``__post_init__``, wrong arguments), fields, repr, equality, hashing, ``replace``, ``asdict``, pickle, copy
-and the FrozenInstanceError.
+and the FrozenInstanceError. The module's own ``fields``, ``replace`` and ``asdict`` agree with dataclasses',
+and importing it (or making records) does not import dataclasses.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import pytest
+from binlogd.protocol import records
 from binlogd.protocol.records import record
 
 
@@ -118,3 +122,50 @@ def test_subclass_adds_fields():
     assert (c.a, c.b) == (1, 2) and repr(c) == "Child(a=1, b=2)" and c == child(1, 2) != base(1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.a = 3
+
+
+@pytest.mark.parametrize("rec,dc", PAIRS)
+def test_own_fields_replace_asdict_agree_with_dataclasses(rec, dc):
+    p = rec(1, 2, [rec(3)], "n")
+    ours = [(f.name, f.repr, f.compare) for f in records.fields(p)]
+    assert ours == [(f.name, f.repr, f.compare) for f in dataclasses.fields(dc)]
+    assert records.asdict(p) == dataclasses.asdict(p) == {"x": 1, "y": 2, "note": "n",
+                                                         "tags": [{"x": 3, "y": 2, "tags": [], "note": ""}]}
+    assert records.replace(p, y=9, note="m") == dataclasses.replace(p, y=9, note="m") == rec(1, 9, [rec(3)])
+    with pytest.raises(TypeError):
+        records.replace(p, z=1)
+    with pytest.raises(TypeError):
+        records.fields(dc(1))
+
+
+def test_mutable_record_is_a_plain_dataclass():
+    rec, dc = _pair(POINT, "frozen=False", "")
+    a, b = rec(1), dc(1)
+    a.x, b.x = 5, 5
+    _same(a, b)
+    assert a == rec(5) and rec.__hash__ is None is dc.__hash__  # eq without frozen: unhashable, as dataclasses
+    assert dataclasses.replace(a, y=3) == rec(5, 3)
+
+
+def test_classvars_metadata_and_defaults_order():
+    body = """
+    KIND: ClassVar[str] = "k"
+    a: int = field(default=1, metadata={"lo": 0})
+    b: list = field(default_factory=list, metadata={"hi": 9})
+"""
+    scope = {"record": record, "field": field, "ClassVar": __import__("typing").ClassVar, "__name__": __name__}
+    exec("@record\nclass M:\n" + body, scope)  # noqa: S102
+    m = scope["M"]
+    assert [f.name for f in records.fields(m)] == ["a", "b"] and m.KIND == "k"
+    assert [dict(f.metadata) for f in dataclasses.fields(m)] == [{"lo": 0}, {"hi": 9}]
+    assert m() == m(1, []) and m.a == 1 and not hasattr(m, "b")  # as dataclasses leaves the class
+    with pytest.raises(TypeError, match="non-default argument 'c' follows default argument 'a'"):
+        exec("@record\nclass N:\n    a: int = 1\n    c: int\n", dict(scope))  # noqa: S102
+
+
+def test_records_do_without_dataclasses():
+    code = ("import sys; from binlogd.protocol import events, records; from binlogd.schema import model;"
+            "e = events.EventHeader(1, 2, 3, 4, 5, 6); records.replace(e, pos=9); records.asdict(e);"
+            "print('dataclasses' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
