@@ -20,8 +20,6 @@ from binlogd.protocol.lazyjson import orjson
 # does main() for the parser: importing this module takes about a millisecond, and a Ctrl-C after it
 # (imports included) exits 130 without a traceback.
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-# Commands whose parsers need no other module: with one of them, the others' parsers are not built.
-_LIGHT = {"info", "dump", "run", "demo"}
 
 
 def _datetime(text: str) -> int:
@@ -177,17 +175,27 @@ def _error(path: str, exc: BaseException) -> None:
 
 
 def build_parser(command: str | None = None):
-    """The CLI's ``argparse.ArgumentParser``; for a ``command`` of :data:`_LIGHT`, without the other
-    commands' parsers, and for ``sql`` or ``schema``, without the other one's."""
+    """The CLI's ``argparse.ArgumentParser``; when ``command`` is one of its commands, with that command's
+    parser alone (building the others, and importing what they need, would be much of its start)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="binlogd", description="MySQL/MariaDB binlog decoder and CDC daemon")
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, add in _PARSERS.items():
+        if command == name or command not in _PARSERS:
+            add(sub)
+    return parser
+
+
+def _info_parser(sub) -> None:
     p = sub.add_parser("info", help="describe binlog files (begin/end time, GTIDs, next file) by seeking")
     p.add_argument("files", nargs="+")
     p.add_argument("--json", action="store_true", help="one JSON object per file")
     _store_arguments(p)
     p.set_defaults(func=cmd_info)
+
+
+def _dump_parser(sub) -> None:
     p = sub.add_parser("dump", help="print decoded events")
     p.add_argument("files", nargs="+", help="binlog files, pipes or FIFOs; - is standard input")
     p.add_argument("--json", action="store_true", help="one JSON object per event")
@@ -199,26 +207,43 @@ def build_parser(command: str | None = None):
                    help="a schema history (binlogd schema build, or the daemon's) naming columns before the files' DDL")
     _store_arguments(p)
     p.set_defaults(func=cmd_dump)
-    if command not in _LIGHT and command != "sql":
-        from .schema import cli as schema_cli
 
-        schema_cli.add_parser(sub)
-    if command not in _LIGHT and command != "schema":
-        from . import sqlout
 
-        p = sub.add_parser("sql", help="SQL to replay binlogs (point-in-time recovery) or undo their row changes")
-        sqlout.add_arguments(p, _datetime)
-        p.set_defaults(func=sqlout.run)
+def _schema_parser(sub) -> None:
+    from .schema import cli as schema_cli
+
+    schema_cli.add_parser(sub)
+
+
+def _sql_parser(sub) -> None:
+    from . import sqlout
+
+    p = sub.add_parser("sql", help="SQL to replay binlogs (point-in-time recovery) or undo their row changes")
+    sqlout.add_arguments(p, _datetime)
+    p.set_defaults(func=sqlout.run)
+
+
+def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="the daemon: tail a primary, write change events, serve /metrics")
     p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key")
     p.set_defaults(func=cmd_run)
+
+
+def _spark_parser(sub) -> None:
     sub.add_parser("spark", add_help=False, help="Spark jobs: index, changes, zip (needs binlogd[spark])")
+
+
+def _demo_parser(sub) -> None:
     p = sub.add_parser("demo", help="throwaway MariaDB + a trickle of changes + the daemon tailing it")
     p.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--rate", type=float, default=5.0, help="transactions per second to write")
     p.set_defaults(func=cmd_demo)
-    return parser
+
+
+#: Each command's parser, added to the subparsers in this order.
+_PARSERS = {"info": _info_parser, "dump": _dump_parser, "schema": _schema_parser, "sql": _sql_parser,
+            "run": _run_parser, "spark": _spark_parser, "demo": _demo_parser}
 
 
 def info_args(argv: list[str]):

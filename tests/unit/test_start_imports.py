@@ -28,6 +28,15 @@ def test_info_arguments_are_what_argparse_gives(argv):
     assert vars(info_args(argv)) == vars(build_parser("info").parse_args(argv))
 
 
+@pytest.mark.parametrize("argv", [["sql", "--flashback", "--table", "d.t", "f1", "f2"], ["dump", "--json", "-"],
+                                  ["schema", "build", "--seed", "s.sql", "--out", "h", "f"], ["run", "--set", "a.b=1"],
+                                  ["demo", "--seconds", "2"]])
+def test_one_command_parser_parses_as_the_whole_one(argv):
+    """build_parser(command) builds that command's parser alone: it parses that command's line the same."""
+    assert vars(build_parser(argv[0]).parse_args(argv)) == vars(build_parser().parse_args(argv))
+    assert set(build_parser(argv[0])._subparsers._group_actions[0].choices) == {argv[0]}
+
+
 @pytest.mark.parametrize("argv", [["info"], ["info", "--json"], ["info", "--js", "a"], ["info", "a", "--region", "x"],
                                   ["info", "--", "a"], ["info", "-h"], ["dump", "a"], [], ["info", "a", "-x"]])
 def test_other_command_lines_are_left_to_argparse(argv):
