@@ -13,4 +13,5 @@ setup(ext_modules=[Extension("binlogd.protocol._rowimage", ["protocol/_rowimage.
                    Extension("binlogd.protocol._jsonrows", ["protocol/_jsonrows.c"], depends=_PLAN, optional=True),
                    Extension("binlogd.protocol._skim", ["protocol/_skim.c"], optional=True),
                    Extension("binlogd.protocol._sqlrows", ["protocol/_sqlrows.c"], optional=True,
-                             depends=[*_PLAN, "protocol/_sqltext.h", "protocol/_sqlimage.h", "protocol/_shortest.h"])])
+                             depends=[*_PLAN, "protocol/_sqltext.h", "protocol/_sqlimage.h", "protocol/_shortest.h",
+                                      "protocol/_utf8simd.h"])])

@@ -49,7 +49,9 @@ PyDoc_STRVAR(module_doc,
 "comment(raw) -> bytes: '-- ' + raw with each newline followed by '-- ' and each carriage return a space,\n"
 "when raw is well-formed UTF-8 (the text Python decodes from it, encoded again); else None.\n"
 "one_line(raw) -> bool: whether raw is well-formed UTF-8 without a newline or carriage return (its\n"
-"comment is then '-- ' + raw).");
+"comment is then '-- ' + raw).\n"
+"utf8_blocks(on) -> bool: text is checked 32 bytes at a time (AVX2, where the CPU has it; protocol/_utf8simd.h)\n"
+"when on, else byte by byte where it is not ASCII; returns whether it now is. Both give the same output.");
 
 enum { W_VALUES, W_DELETE, W_UPDATE, W_UPDATE_SWAPPED };
 
@@ -481,6 +483,15 @@ one_line(PyObject *module, PyObject *arg)
     return PyBool_FromLong(yes);
 }
 
+/* utf8_blocks(on) -> bool */
+static PyObject *
+utf8_blocks(PyObject *module, PyObject *on)
+{
+    (void)module;
+    int yes = PyObject_IsTrue(on);
+    return yes < 0 ? NULL : PyBool_FromLong(utf8_simd_set(yes));
+}
+
 /* keep_freed_memory() -> bool */
 static PyObject *
 keep_freed_memory(PyObject *module, PyObject *unused)
@@ -511,6 +522,8 @@ load_powers(PyObject *module, PyObject *args)
 static PyMethodDef methods[] = {
     {"load_powers", load_powers, METH_VARARGS,
      PyDoc_STR("load_powers(pow5, inv) -> bool: the powers of 5 repr() of doubles is written with (see the module doc).")},
+    {"utf8_blocks", utf8_blocks, METH_O,
+     PyDoc_STR("utf8_blocks(on) -> bool: text checked 32 bytes at a time when on (see the module doc).")},
     {"keep_freed_memory", keep_freed_memory, METH_NOARGS,
      PyDoc_STR("keep_freed_memory() -> bool: malloc keeps freed memory for reuse (see the module doc).")},
     {"rows", rows, METH_VARARGS,
@@ -539,6 +552,7 @@ PyInit__sqlrows(void)
     };
     init_escape();
     init_utf8_lead();
+    utf8_simd_init();
     if (load_errors() < 0 || PyType_Ready(&ImageType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);

@@ -5,6 +5,7 @@
 
 #include "_rowplan.h"
 #include "_shortest.h"
+#include "_utf8simd.h"
 #include <math.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -158,7 +159,7 @@ static Py_ssize_t
 copy_plain(char *w, const unsigned char *s, const unsigned char *stop, const unsigned char *end,
            const unsigned char *readable)
 {
-    const unsigned char *p = s;
+    const unsigned char *p = s + utf8_clean(w, s, stop - s, CLEAN_QUOTED);
 #if defined(__SSE2__)
     for (;;) {  /* 16 at a time, copied before they are looked at */
         unsigned look = 0;
@@ -378,7 +379,7 @@ utf8_chars(const unsigned char *p, uint64_t look, int width, const unsigned char
 static inline Py_ssize_t
 utf8_scan(const unsigned char *s, Py_ssize_t n, int lines)
 {
-    const unsigned char *p = s, *end = s + n;
+    const unsigned char *p = s + utf8_clean(NULL, s, n, lines ? CLEAN_LINE : CLEAN_TEXT), *end = s + n;
 #if defined(__SSE2__)
     for (int width = 64; width >= 16; width -= 48) {  /* 64 bytes at a time, then 16 */
         while (end - p >= width) {
