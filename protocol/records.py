@@ -20,6 +20,7 @@ well, through a ``__dataclass_fields__`` made (importing dataclasses) when it is
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from operator import attrgetter
 
@@ -171,13 +172,8 @@ def _collect(cls: type) -> tuple[tuple[Field, ...], list[Field]]:
 def _is_classvar(annotation) -> bool:
     if isinstance(annotation, str):
         return annotation.startswith(("ClassVar", "typing.ClassVar"))
-    return getattr(annotation, "__origin__", annotation) is getattr(_typing(), "ClassVar", None)
-
-
-def _typing():
-    import sys
-
-    return sys.modules.get("typing")
+    typing = sys.modules.get("typing")  # a ClassVar object is typing's: typing is imported then
+    return typing is not None and getattr(annotation, "__origin__", annotation) is typing.ClassVar
 
 
 def _declared(value) -> Field:

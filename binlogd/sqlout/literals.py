@@ -28,6 +28,7 @@ from collections.abc import Callable
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.jsonb import JsonDiff
+from binlogd.protocol.lazyjson import orjson
 from binlogd.protocol.tablemap import BLOB_TYPES, Column
 
 from .errors import SqlOutError
@@ -107,9 +108,7 @@ def _hex(v) -> str:
 
 
 def _json(v) -> str:
-    from binlogd.protocol.lazyjson import orjson
-
-    orjson()  # held back from sql's start-up (protocol.lazyjson)
+    orjson()  # not imported at sql's start (protocol.lazyjson): serialize needs it
     from binlogd.protocol.serialize import dumps
 
     return "CAST(" + quote(dumps(v).decode()) + " AS JSON)"

@@ -159,6 +159,10 @@ def test_classvars_metadata_and_defaults_order():
     assert [f.name for f in records.fields(m)] == ["a", "b"] and m.KIND == "k"
     assert [dict(f.metadata) for f in dataclasses.fields(m)] == [{"lo": 0}, {"hi": 9}]
     assert m() == m(1, []) and m.a == 1 and not hasattr(m, "b")  # as dataclasses leaves the class
+    typing = __import__("typing")
+    evaluated = record(type("E", (), {"__annotations__": {"K": typing.ClassVar[int], "a": int}, "K": 1, "a": 2,
+                                      "__module__": __name__}))  # annotations as objects, not strings
+    assert [f.name for f in records.fields(evaluated)] == ["a"] and evaluated.K == 1 and evaluated().a == 2
     with pytest.raises(TypeError, match="non-default argument 'c' follows default argument 'a'"):
         exec("@record\nclass N:\n    a: int = 1\n    c: int\n", dict(scope))  # noqa: S102
 
