@@ -13,6 +13,7 @@ from decimal import Decimal
 import orjson
 
 from . import events as E
+from .records import fields
 from .tablemap import Column
 
 _SKIP = {"header", "_decode", "_cache", "events", "statement", "_text"}
@@ -78,7 +79,7 @@ def event_to_dict(event: E.Event, file: str | None = None, next_pos: int | None 
         if rows:
             out["rows"] = rows_to_json(event)
         return out
-    for f in dataclasses.fields(event):
+    for f in fields(event):  # the record's own tuple (dataclasses.fields rebuilds one per call)
         if f.name in _SKIP:
             continue
         value = getattr(event, f.name)
