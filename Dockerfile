@@ -29,8 +29,10 @@ WORKDIR /src
 # setup.py* : the extension's build hook, copied when the checkout has one.
 COPY pyproject.toml README.md setup.py* ./
 COPY protocol/ protocol/
+COPY library/ library/
 COPY daemon/ daemon/
 COPY binlogd/ binlogd/
+COPY cli/ cli/
 COPY pipeline/ pipeline/
 # The storage extra (fsspec, s3fs) serves the archive's [sink.upload]. Every dependency ships manylinux
 # wheels; only binlogd's own optional extension is compiled. pip and setuptools leave the venv once it

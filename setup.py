@@ -1,17 +1,27 @@
-"""Build hook for the optional C extensions; every other setting is in pyproject.toml.
+"""Build hook for the C extensions; every other setting is in pyproject.toml.
 
-``binlogd.protocol._rowimage`` decodes row images in C, ``binlogd.protocol._jsonrows`` writes them as
-JSON bytes (both from the plans of ``protocol/_rowplan.h``), ``binlogd.protocol._skim`` checks runs of
-events a raw archive does not decode. All are optional: where they cannot be compiled, installation goes
-on and binlogd uses its Python code for the same work (as it does with ``BINLOGD_PURE_PYTHON=1``).
+``binlogd.protocol._rowimage`` decodes row images in C and ``binlogd.protocol._skim`` checks runs of events
+a raw archive does not decode (the decoder layer); ``binlogd.library._jsonrows`` writes row images as JSON
+bytes and ``binlogd.library._sqlrows`` as SQL (the output formats), all from the plans of
+``protocol/_rowplan.h``. Where they cannot be compiled, installation goes on and binlogd uses its Python code
+for the same work, and says so once at start (``binlogd.protocol.speedups.missing``). With
+``BINLOGD_REQUIRE_C=1`` (CI, the Dockerfile, ``scripts/test``) a failed compile fails the install.
 """
+
+import os
 
 from setuptools import Extension, setup
 
+_OPTIONAL = os.environ.get("BINLOGD_REQUIRE_C", "") in ("", "0")
 _PLAN = ["protocol/_rowplan.h"]
-setup(ext_modules=[Extension("binlogd.protocol._rowimage", ["protocol/_rowimage.c"], depends=_PLAN, optional=True),
-                   Extension("binlogd.protocol._jsonrows", ["protocol/_jsonrows.c"], depends=_PLAN, optional=True),
-                   Extension("binlogd.protocol._skim", ["protocol/_skim.c"], optional=True),
-                   Extension("binlogd.protocol._sqlrows", ["protocol/_sqlrows.c"], optional=True,
-                             depends=[*_PLAN, "protocol/_sqltext.h", "protocol/_sqlimage.h", "protocol/_shortest.h",
-                                      "protocol/_utf8simd.h"])])
+_SQL = ["library/_sqltext.h", "library/_sqlimage.h", "library/_shortest.h", "library/_utf8simd.h"]
+
+
+def _ext(name: str, source: str, depends: list[str]) -> Extension:
+    return Extension(name, [source], depends=depends, include_dirs=["protocol"], optional=_OPTIONAL)
+
+
+setup(ext_modules=[_ext("binlogd.protocol._rowimage", "protocol/_rowimage.c", _PLAN),
+                   _ext("binlogd.protocol._skim", "protocol/_skim.c", []),
+                   _ext("binlogd.library._jsonrows", "library/_jsonrows.c", _PLAN),
+                   _ext("binlogd.library._sqlrows", "library/_sqlrows.c", [*_PLAN, *_SQL])])

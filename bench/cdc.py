@@ -3,7 +3,7 @@
 ``python -m bench.cdc [--rows N] [--repeat 3] [--json] [--profile] [--pure-python]`` is the whole
 benchmark in one command:
 
-1. starts a throwaway MariaDB (:class:`binlogd.localserver.LocalServer`, ROW format, FULL row image
+1. starts a throwaway MariaDB (:class:`binlogd.cli.localserver.LocalServer`, ROW format, FULL row image
    and metadata) and writes the decode benchmark's backlog (:func:`bench.decode.write_workload`:
    ``--rows`` inserts in 500-row transactions into a 10-column table, then rows/10 updates and
    rows/20 deletes, then ``FLUSH BINARY LOGS``);
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     peer_version = installed_peer_version()
     if peer_version is None:
         return 2
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON="1" if ns.pure_python else ""))
     started = dt.datetime.now().astimezone()
@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             first, target = files[0].name, files[-1].name
             local, remote, dump = mariadb_binlog_cmd(files[:-1]), remote_cmd(srv, first), dump_cmd(files[:-1])
             for python in filter(None, (sys.executable, ns.compare)):  # bytecode
-                subprocess.run([python, "-c", "import binlogd.cli, binlogd.daemon.service, binlogd.filetools, "
-                                "binlogd.protocol.jsonrows, binlogd.schema.cli"], check=True, env=env)
+                subprocess.run([python, "-c", "import binlogd.cli, binlogd.daemon.service, binlogd.cli.filetools, "
+                                "binlogd.library.jsonrows, binlogd.cli.schemacmd"], check=True, env=env)
             for rnd in range(ns.repeat):
                 run_dir = work / f"binlogd-{rnd}"
                 run_dir.mkdir()

@@ -226,7 +226,7 @@ def run_process(side: Side, cmd: list[str]) -> tuple[float, float]:
 def run_memory(sides: list[Side], gib: float, server_ids) -> dict:
     """Both trees' ``binlogd run`` follow one server while one INSERT … SELECT writes about ``gib`` GiB of
     rows in a single transaction; {side: peak RSS in MiB} once each checkpoint is past it."""
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     rows, row_bytes = int(gib * (1 << 30) / 1000), 1000
     with LocalServer(extra_args=["--binlog-row-metadata=FULL", "--max-binlog-size=1073741824"]) as srv, \
@@ -316,7 +316,7 @@ def workload_group(run: Run, benches: list[str]) -> None:
     """decode, raw, cdc and info, on one server holding the decode workload."""
     from bench.decode import SERVER_ARGS, write_workload
     from bench.raw import _check_identical
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     args = run.args
     with LocalServer(extra_args=SERVER_ARGS) as srv:
@@ -376,7 +376,7 @@ def workload_group(run: Run, benches: list[str]) -> None:
 
 
 def latency_group(run: Run) -> None:
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     args = run.args
     with LocalServer(extra_args=["--binlog-row-metadata=FULL"]) as srv:

@@ -89,7 +89,7 @@ def _child_raw(spec: dict) -> dict:
 
 
 def _child_info(spec: dict) -> dict:
-    from binlogd import filetools
+    from binlogd.cli import filetools
 
     filetools.info(spec["file"])
     return {"seconds": _best(spec["calls"], filetools.info, spec["file"])[0]}

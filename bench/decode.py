@@ -3,13 +3,13 @@
 ``python -m bench.decode [--rows N] [--json] [--profile] [--pure-python]`` is the whole benchmark in one command:
 
 1. starts a throwaway MariaDB (ROW format, FULL row image, FULL row metadata) with
-   :class:`binlogd.localserver.LocalServer`;
+   :class:`binlogd.cli.localserver.LocalServer`;
 2. writes the workload: ``--rows`` inserts in 500-row transactions into a 10-column table,
    then rows/10 updates and rows/20 deletes (also 500 rows per statement), then
    ``FLUSH BINARY LOGS``;
 3. measures, in the same run and against the same log, best of ``--repeat`` (3) runs each:
 
-   (a) **binlogd**: :func:`binlogd.filetools.dump_events` over every binlog file from disk,
+   (a) **binlogd**: :func:`binlogd.cli.filetools.dump_events` over every binlog file from disk,
        every row value materialised (``RowsEvent.rows``), with the C row-image decoder
        (``protocol._rowimage``) when it is built, or the generated Python decoders with
        ``--pure-python`` (or ``BINLOGD_PURE_PYTHON=1``);
@@ -140,10 +140,9 @@ def run_binlogd(files: list[Path], history: bool = False) -> tuple[int, int]:
     ``history``: as ``binlogd dump`` does, with a schema history tracker following the DDL and naming
     the columns of TABLE_MAPs that carry no names (issue 15).
     """
+    from binlogd.cli.filetools import dump_events
+    from binlogd.library.schema import SchemaTracker
     from binlogd.protocol.events import RowsEvent
-
-    from binlogd.filetools import dump_events
-    from binlogd.schema import SchemaTracker
 
     changes = values = 0
     tracker = SchemaTracker() if history else None
@@ -258,10 +257,9 @@ def best_of_pair(n: int, fn, files: list[Path]):
 def tracker_cpu(files: list[Path], repeat: int) -> float:
     """Best CPU seconds of what the schema history adds to a pass over ``files``, timed alone: observe() on
     every event and lookup() for every TABLE_MAP (the decoder's call), on events decoded beforehand."""
+    from binlogd.cli.filetools import dump_events
+    from binlogd.library.schema import SchemaTracker
     from binlogd.protocol.events import TableMapEvent
-
-    from binlogd.filetools import dump_events
-    from binlogd.schema import SchemaTracker
 
     events = [(ev, path.name) for path in files for ev in dump_events(path)]
     maps = [(ev.schema, ev.table) for ev, _ in events if type(ev) is TableMapEvent]
@@ -357,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     peer_version = installed_peer_version()
     if peer_version is None:
         return 2
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     started = dt.datetime.now().astimezone()
     with LocalServer(extra_args=SERVER_ARGS) as srv:

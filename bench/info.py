@@ -4,7 +4,7 @@
 2 MB) and one of about ``--gib`` GiB, made of the same 1000-row transactions (generated
 server-side), each closed by a ROTATE (FLUSH BINARY LOGS). For each file it times, best of 5:
 
-(a) ``binlogd.filetools.info`` (the seek path: FDE and first events, then the closing ROTATE
+(a) ``binlogd.cli.filetools.info`` (the seek path: FDE and first events, then the closing ROTATE
     and the last GTID found from the end);
 (b) a full header walk: every event header read with pread, as a peer tool that scans would do
     (what ``info`` falls back to, ``method: "scan"``, for files that do not end with ROTATE/STOP).
@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 from bench.decode import bytecode_env, log, machine
-from binlogd import filetools
-from binlogd.localserver import LocalServer
+from binlogd.cli import filetools
+from binlogd.cli.localserver import LocalServer
 
 _ROW_BYTES = 260   # binlog bytes per row of b.t (an INT and 240 characters)
 _TXN_ROWS = 1000

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from bench.decode import log, machine
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 
 
 def _writer(srv: LocalServer, rate: float, seconds: float, commits: dict, start: threading.Event) -> None:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.decode import log, machine
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 
 _ROW = 1000  # bytes of payload per row
 

@@ -36,11 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.decode import SERVER_ARGS, log, machine, write_workload
+from binlogd.cli.localserver import LocalServer
 from binlogd.daemon.config import load_config
 from binlogd.daemon.service import Daemon
-
-from bench.decode import SERVER_ARGS, log, machine, write_workload
-from binlogd.localserver import LocalServer
 
 _server_ids = itertools.count(1001)
 

@@ -2,7 +2,7 @@
 
 ``python -m bench.spark [--rows N] [--small-txns N] [--file-mb M] [--repeat R] [--binlogs DIR] [--json]``
 
-1. starts a throwaway MariaDB (:class:`binlogd.localserver.LocalServer`, the settings of
+1. starts a throwaway MariaDB (:class:`binlogd.cli.localserver.LocalServer`, the settings of
    ``bench.decode`` plus ``--max-binlog-size`` = ``--file-mb``, so the log is split into several
    files) and writes ``bench.decode``'s workload: ``--rows``
    inserts in 500-row transactions into a 10-column table, rows/10 updates, rows/20 deletes; then
@@ -16,7 +16,7 @@
      Arrow itself) on ``local[2]``;
    - for reference, the same decoding in this process without Spark (``pipeline.decode`` into column
      buffers, one core), and the daemon's decoding of the same files (every event decoded, every rows
-     event's ``protocol.jsonrows.change_lines``: the JSON-lines sink's work, one core), best of
+     event's ``library.jsonrows.change_lines``: the JSON-lines sink's work, one core), best of
      ``--repeat``;
 3. prints events/s, rows/s, the local[2]/local[1] scaling ratios, the Arrow/tuples ratios, the changes
    shape's row changes/s per core against the daemon's (issue 16's goal: at least 0.5x), the machine,
@@ -69,7 +69,7 @@ def generate(rows: int, small: int, file_mb: int) -> tuple[list[Path], str, Path
     import shutil
     import tempfile
 
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     out = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     args = [*SERVER_ARGS, f"--max-binlog-size={file_mb << 20}", "--innodb-flush-log-at-trx-commit=0",
@@ -115,12 +115,11 @@ def in_process(files: list[Path], repeat: int) -> dict:
 
 
 def daemon_decode(files: list[Path]) -> dict:
-    """The daemon's work on the same rows, one core: every rows event's change lines (protocol.jsonrows)."""
+    """The daemon's work on the same rows, one core: every rows event's change lines (library.jsonrows)."""
+    from binlogd.cli.filetools import dump_events
+    from binlogd.library.jsonrows import change_lines
+    from binlogd.library.serialize import flatten
     from binlogd.protocol.events import RowsEvent
-    from binlogd.protocol.jsonrows import change_lines
-    from binlogd.protocol.serialize import flatten
-
-    from binlogd.filetools import dump_events
 
     t0 = time.perf_counter()
     n = 0

@@ -105,13 +105,13 @@ def profile(files: list[str], top: int = 25) -> str:
 
 def writer_seconds(files: list[str], rounds: int) -> float | None:
     """Seconds binlogd's C row writer alone takes for the files' rows, the best of ``rounds``: every call a
-    ``binlogd sql`` replay in this process makes to it (``protocol._sqlrows.rows`` and ``rows_events``), made
+    ``binlogd sql`` replay in this process makes to it (``library._sqlrows.rows`` and ``rows_events``), made
     again with the same inputs in memory, nothing else read, decoded or printed. No replay of these files can
     take less with this writer. None when the C writer is not in use."""
     from unittest import mock
 
     from binlogd.cli import main
-    from binlogd.sqlout import native
+    from binlogd.library.sqlwriter import native
 
     if not native.speedups_enabled():
         return None
@@ -142,9 +142,8 @@ def one_transaction(files: list[str], rounds: int, env: dict, binlogd: list[str]
     one, how fast a tool gets past the rest of the file), and of binlogd's Python starting and doing nothing
     (``python -c pass``, as binlogd's interpreter starts: the part no Python tool can go below).
     Returns ``{"rows": {"first": n, "last": n}, "seconds": {name: s}}``."""
+    from binlogd.cli.sqlout.groups import file_groups
     from binlogd.protocol.events import RowsEvent
-
-    from binlogd.sqlout.groups import file_groups
 
     with_rows = [g for g in file_groups(files[0], log) if any(isinstance(e, RowsEvent) for e in g.events)]
     peer = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
@@ -196,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     if shutil.which("mariadb-binlog") is None and shutil.which("mysqlbinlog") is None:
         raise SystemExit("mariadb-binlog (or mysqlbinlog) not found in PATH: install mariadb-client")
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON="1" if ns.pure_python else ""))
     started = dt.datetime.now().astimezone()

@@ -1,7 +1,7 @@
 """The one place binlogd depends on aiomysql's (and asyncio's stream) internals.
 
 aiomysql does the handshake, authentication and TLS; then binlogd takes the connection's transport
-over and reads raw replication packets itself (:mod:`binlogd.daemon.source`). Everything here is
+over and reads raw replication packets itself (:mod:`binlogd.daemon.connection`). Everything here is
 checked against the installed aiomysql by ``tests/unit/test_aiomysql_seam.py`` (pyproject allows
 ``aiomysql>=0.2,<0.4``; tested with 0.3.2).
 
@@ -21,8 +21,9 @@ import asyncio
 import hashlib
 
 from aiomysql.connection import Connection
-from binlogd.protocol.records import record
 from pymysql.err import OperationalError
+
+from binlogd.protocol.records import record
 
 ER_NOT_SUPPORTED_AUTH_MODE = 1251
 

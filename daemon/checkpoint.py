@@ -15,7 +15,7 @@ import time
 from dataclasses import field
 from pathlib import Path
 
-from binlogd.protocol.checkpoint import Checkpoint
+from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.position import Position
 from binlogd.protocol.records import record

@@ -213,7 +213,7 @@ class CheckpointConfig(_Section):
 @record
 class UploadConfig(_Section):
     """``[sink.upload]``, the archive's uploads of closed files (README, "Object storage"). Fields: url (``s3://bucket/
-    prefix``, any :mod:`binlogd.storage` URI; unset: no uploads); endpoint, region, path_style (how to reach the
+    prefix``, any :mod:`binlogd.library.storage` URI; unset: no uploads); endpoint, region, path_style (how to reach the
     store; endpoint defaults to AWS_ENDPOINT_URL); delete_after_upload (remove the local file once its upload is
     verified); part_size_mb (multipart part size, >= 5); retry_seconds (wait after a failed upload)."""
 
@@ -227,7 +227,7 @@ class UploadConfig(_Section):
     retry_seconds: float = _f(5.0, lo=0.0, lo_open=True)
 
     def _check(self) -> None:
-        from binlogd.storage import REMOTE_SCHEMES, scheme
+        from binlogd.library.storage import REMOTE_SCHEMES, scheme
 
         if self.url and scheme(self.url) not in REMOTE_SCHEMES | {"file"}:
             raise ConfigError("sink.upload.url", f"must be a URI (s3://bucket/prefix, gs://, abfs://, hdfs://, "

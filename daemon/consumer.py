@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 
+from binlogd.daemon.serverschema import FOLLOWED, DaemonSchema
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import HEARTBEATS, LOG_EVENT_IGNORABLE_F, event_name
 from binlogd.protocol.decoder import Decoder
@@ -23,7 +24,6 @@ from binlogd.protocol.position import PositionTracker
 from .checkpoint import ResumeState
 from .committer import Committer
 from .metrics import Metrics
-from .schema import FOLLOWED, DaemonSchema
 from .session import Session
 from .sinks import Sink
 
@@ -50,7 +50,7 @@ class Consumer:
         resume: the durable state the session started from (its position is where the dump starts).
         decoder: a fresh Decoder for the session.
         sink, committer, metrics, log: the daemon's.
-        schema: the schema history (:class:`~binlogd.daemon.schema.DaemonSchema`), None with schema.source = "none".
+        schema: the schema history (:class:`~binlogd.daemon.serverschema.DaemonSchema`), None with schema.source "none".
         stopping: set when the daemon should stop at the next transaction boundary.
     Fields:
         tracker: the live position and the last committed boundary.

@@ -32,11 +32,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from binlogd.daemon.connection import ServerInfo, SourceConnection, SourceError
 from binlogd.protocol.gtid import MariadbGtid, MariadbGtidList, MysqlGtidSet
 from binlogd.protocol.position import Position
 
 from .metrics import Metrics
-from .source import ServerInfo, SourceConnection, SourceError
 
 USABLE, UNREACHABLE, REFUSED, DIVERGED, PURGED = "usable", "unreachable", "refused", "diverged", "purged"
 RETRIES = 2  # attempts on the source just lost before the other hosts are probed too

@@ -22,6 +22,8 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
+from binlogd.daemon.connection import SourceError, admin_connection
+from binlogd.daemon.serverschema import DaemonSchema, ServerSchema, history_path
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
 from binlogd.protocol.position import PositionTracker
@@ -32,10 +34,8 @@ from .committer import Committer
 from .consumer import Consumer
 from .http import MetricsServer
 from .metrics import Metrics
-from .schema import DaemonSchema, ServerSchema, history_path
 from .session import Session
 from .sinks import SinkError, make_sink
-from .source import SourceError, admin_connection
 
 if TYPE_CHECKING:  # with several source.hosts only
     from .failover import Failover
@@ -67,7 +67,7 @@ class Daemon:
         metrics: the Metrics to report to (default: a new one).
     Fields:
         sink, store, committer, metrics: the sink, the checkpoint store, the commit pipeline.
-        schema: the schema history (:class:`~binlogd.daemon.schema.DaemonSchema`), None with ``schema.source = "none"``
+        schema: the schema history (:class:`~.serverschema.DaemonSchema`), None with ``schema.source = "none"``
             or a sink that takes no rows.
         consumer: the current session's :class:`Consumer` (None before the first).
         failover: the :class:`Failover` with several ``source.hosts`` (from :meth:`start`), else None.

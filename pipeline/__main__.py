@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m binlogd.pipeline"
     if args.command == "zip":
         print(build_zip(args.out))
         return EXIT_OK
-    from binlogd.pipeline import jobs
     from pyspark.sql import SparkSession
+
+    from binlogd.pipeline import jobs
 
     existing = SparkSession.getActiveSession()  # called from a program that has one: leave it running
     spark = jobs.session(f"binlogd {args.command}", args.master)

@@ -1,6 +1,6 @@
 """``before``/``after`` in a caller-given Spark type instead of JSON text.
 
-By default a row image is JSON text (:func:`protocol.serialize.dumps`), the
+By default a row image is JSON text (:func:`library.serialize.dumps`), the
 values in README.md's JSON forms ("Values"). When the caller's schema gives ``before`` or
 ``after`` another type, each column value (already in its JSON form) maps as:
 
@@ -33,7 +33,7 @@ import base64
 import datetime as dt
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-from binlogd.protocol.serialize import dumps
+from binlogd.library.serialize import dumps
 
 _UTC = dt.timezone.utc
 

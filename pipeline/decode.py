@@ -11,7 +11,7 @@ tuples.
   transaction's XID (from its XID event, or the ``xid`` status variable of a DDL
   logged with one), on every event of the transaction once its end is seen.
 - ``changes``: one row per row change, built by
-  :func:`protocol.serialize.change_events` (the JSON-lines contract), with
+  :func:`library.serialize.change_events` (the JSON-lines contract), with
   ``before``/``after`` as JSON text unless the caller's schema asks for more.
 - ``index``: one row per file, :func:`binlogd.protocol.fileinfo.describe`.
 
@@ -30,18 +30,17 @@ from decimal import Decimal
 from itertools import repeat
 from typing import Iterator
 
+from binlogd.library import storage
+from binlogd.library.checkpointfile import Checkpoint, jsonl_committed
+from binlogd.library.jsonrows import images_json
+from binlogd.library.serialize import change_events, dumps, flatten
 from binlogd.protocol import events as E
-from binlogd.protocol.checkpoint import Checkpoint, jsonl_committed
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
 from binlogd.protocol.fileinfo import BinlogInfo, describe
-from binlogd.protocol.jsonrows import images_json
 from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import EventReader, check_magic, event_bounds, iter_events
-from binlogd.protocol.serialize import change_events, dumps, flatten
-
-from binlogd import storage
 
 EVENTS_COLUMNS = ("file", "pos", "next_pos", "timestamp", "type", "server_id", "event_length", "gtid", "xid",
                   "inner")
@@ -300,7 +299,7 @@ def _xid_of(event: E.Event) -> int | None:
 
 
 class ChangeRows(Rows):
-    """``changes`` shape: :func:`protocol.serialize.change_events` of every rows event.
+    """``changes`` shape: :func:`library.serialize.change_events` of every rows event.
 
     ``convert`` maps (before, after) to the column values (JSON text by default).
     """
@@ -329,7 +328,7 @@ class ChangeRows(Rows):
 
     def _rows(self, event: E.RowsEvent, gtid: str | None, seq: int) -> None:
         convert, file, extra, append = self.convert, self.file, self._extra, self._append
-        if convert is json_text_pair:  # the images' JSON straight from the row images (protocol.jsonrows)
+        if convert is json_text_pair:  # the images' JSON straight from the row images (library.jsonrows)
             h, op = event.header, event.kind
             images = images_json(event)
             if op == "update":
@@ -368,7 +367,7 @@ def read_binlog(path: str, rows: Rows, start: int = 4, stop: int | None = None, 
     A decode error raises :class:`CorruptFile` (naming the file and offset), or with
     ``skip_corrupt`` ends the file with a ``_corrupt`` row after the rows read before it.
     ``tail_error`` (message, offset: from the streaming planner) adds such a row after a clean range.
-    ``schema`` (a :class:`binlogd.schema.SchemaTracker` at ``start``) names columns and follows the file's DDL.
+    ``schema`` (a :class:`binlogd.library.schema.SchemaTracker` at ``start``) names columns and follows the file's DDL.
     """
     try:
         name, lookup = os.path.basename(path), schema.lookup if schema is not None else None
@@ -421,7 +420,7 @@ def read_jsonl(path: str, rows: ChangeRows, stop: int | None = None, skip_corrup
     """Change events of a JSON-lines sink file, up to ``stop`` bytes, complete lines only.
 
     Values are parsed exactly (``parse_float=Decimal``) and re-serialised with
-    :func:`protocol.serialize.dumps`, so ``before``/``after`` equal what the binlog
+    :func:`library.serialize.dumps`, so ``before``/``after`` equal what the binlog
     path gives byte for byte. ``event_seq`` is rebuilt from the line order: within one
     (file, pos), a ``row`` that does not grow starts the next rows event of a payload.
     """

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from binlogd import storage
+from binlogd.library import storage
 
 PROGRESS_SECONDS = 1.0
 

@@ -6,7 +6,7 @@ Paths are local (or mounted: NFS, a FUSE bucket, the same path on every executor
 ``*.json``, ``*.lock``, ``*.tmp``, ``*.crc``); ``pathGlobFilter`` narrows by file name.
 Files are ordered as a primary numbers them: by directory, base name, then the
 numeric extension as a number (``mysql-bin.999999`` before ``mysql-bin.1000000``).
-Object-store URIs (``s3://bucket/prefix/``, globs in them; :mod:`binlogd.storage`) are
+Object-store URIs (``s3://bucket/prefix/``, globs in them; :mod:`binlogd.library.storage`) are
 listed once each, by the store, with their sizes: no request per object.
 """
 
@@ -17,7 +17,7 @@ import glob
 import json
 import os
 
-from binlogd import storage
+from binlogd.library import storage
 
 _SKIP_SUFFIXES = (".index", ".json", ".lock", ".tmp", ".crc")
 _GLOB_CHARS = frozenset("*?[")
@@ -84,7 +84,7 @@ def sized(paths: list[str], glob_filter: str | None = None, must_exist: bool = T
 
     Raises:
         FileNotFoundError: a plain path that does not exist (with ``must_exist``).
-        binlogd.storage.StorageError: a URI whose bucket or prefix is missing or refused.
+        binlogd.library.storage.StorageError: a URI whose bucket or prefix is missing or refused.
     """
     found: dict[str, int | None] = {}
     for path in paths:

@@ -52,8 +52,6 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from binlogd.protocol.checkpoint import jsonl_index
-from binlogd.protocol.errors import BinlogError
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -64,7 +62,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BooleanType, DataType, IntegerType, LongType, StringType, StructField, StructType
 
-from binlogd.schema import SchemaTracker, read_history
+from binlogd.library.checkpointfile import jsonl_index
+from binlogd.library.schema import SchemaTracker, read_history
+from binlogd.protocol.errors import BinlogError
 
 from . import decode as D
 from .paths import option_paths, order_key, sized, stem

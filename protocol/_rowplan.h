@@ -1,4 +1,4 @@
-/* Row image plans and value texts shared by protocol._rowimage (row dicts) and protocol._jsonrows
+/* Row image plans and value texts shared by protocol._rowimage (row dicts) and library._jsonrows
  * (JSON bytes): the opcodes, one column's compiled plan entry, bounded reads, and the text forms
  * of dates, times and DECIMALs written into a caller's buffer (see protocol/rowcodec.py). */
 #ifndef BINLOGD_ROWPLAN_H

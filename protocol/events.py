@@ -238,7 +238,7 @@ class RowsQueryEvent(Event):
         query: (a property) their text, UTF-8 with bad bytes backslash-escaped, decoded on first read:
             a consumer that never reads it (the JSON-lines sink, ``binlogd sql``'s comment lines, from
             the bytes) costs no copy and no decode. It stands as the event's field in ``repr``, ``==``,
-            ``hash`` and the JSON of ``binlogd dump --json`` (:func:`protocol.serialize.event_to_dict`).
+            ``hash`` and the JSON of ``binlogd dump --json`` (:func:`library.serialize.event_to_dict`).
     """
 
     statement: bytes | memoryview = field(repr=False, compare=False)

@@ -383,7 +383,7 @@ class TableCodec:
         return fn
 
     def compiled(self, kind: str, present_bits: int, null_offset: int, build: Callable[[tuple, list, int], object]):
-        """Another form of the image :meth:`image` decodes (``kind``: e.g. "json", see :mod:`protocol.jsonrows`),
+        """Another form of the image :meth:`image` decodes (``kind``: e.g. "json", see :mod:`library.jsonrows`),
         made once by ``build(columns, present, null_offset)`` and cached like the decoders."""
         key = (present_bits, null_offset, kind)
         if key not in self._images:

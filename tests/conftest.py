@@ -5,7 +5,7 @@ below but ``mysql84`` and ``corpus`` runs once per real server, test ids ``[10.1
 (:func:`tests.support.servers.versions`): the machine's MariaDB (Debian 12's 10.11) and MariaDB 11.8
 fetched from Debian trixie into ~/.cache/binlogd. 11.8 skips, naming why, when it cannot be fetched
 (a download is outside our control, so even under CI=true); the machine's server is required under CI.
-- ``server_binaries``  session: the :class:`binlogd.serverbins.ServerBinaries` of that server, for tests
+- ``server_binaries``  session: the :class:`binlogd.cli.serverbins.ServerBinaries` of that server, for tests
                        that start their own ``LocalServer(binaries=server_binaries, ...)``.
 - ``mariadb``          session: MariaDB (or MySQL) with ROW binlog, FULL row image, binlog_row_metadata=FULL.
 - ``mariadb_minimal``  session, started only when a test asks: binlog_row_metadata=MINIMAL and
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.localserver import LocalServer
-from binlogd.serverbins import ServerBinaries
+from binlogd.cli.localserver import LocalServer
+from binlogd.cli.serverbins import ServerBinaries
 from tests.support import servers
 from tests.support.paths import CORPUS
 
@@ -226,8 +226,9 @@ def spark(tmp_path_factory):
         pytest.skip(reason)
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from binlogd.pipeline.jobs import session
     from pyspark import SparkContext
+
+    from binlogd.pipeline.jobs import session
 
     scratch = tmp_path_factory.mktemp("spark")
     session_ = session("binlogd-tests", "local[2]", {

@@ -39,7 +39,7 @@ def _uploader(config, metrics, log):
     up = config.upload
     if not up.url:
         return None
-    from binlogd.storage import Options
+    from binlogd.library.storage import Options
 
     from .upload import Uploader
 

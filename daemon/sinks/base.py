@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
+from binlogd.library.serialize import change_events
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.events import Event, RowsEvent
-from binlogd.protocol.serialize import change_events
 
 
 class SinkError(BinlogError):
@@ -60,7 +60,7 @@ class Sink:
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
         """The row changes of one rows event of the current transaction (``file`` and ``gtid``: where it
         is in the primary's log); returns how many. The default gives each one to :meth:`change`;
-        sinks that write JSON lines take them as bytes (:func:`protocol.jsonrows.change_lines`).
+        sinks that write JSON lines take them as bytes (:func:`library.jsonrows.change_lines`).
 
         Raises:
             EventDecodeError: malformed rows (nothing of the event was written).

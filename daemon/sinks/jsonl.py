@@ -14,10 +14,10 @@ import os
 import time
 from pathlib import Path
 
-from binlogd.protocol.checkpoint import jsonl_committed, jsonl_index, jsonl_name
+from binlogd.library.checkpointfile import jsonl_committed, jsonl_index, jsonl_name
+from binlogd.library.jsonrows import change_lines
+from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
-from binlogd.protocol.jsonrows import change_lines
-from binlogd.protocol.serialize import dumps
 
 from ..checkpoint import fsync_dir
 from .base import Sink, SinkError, close_all, sync_all

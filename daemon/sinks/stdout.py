@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 
+from binlogd.library.jsonrows import change_lines
+from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
-from binlogd.protocol.jsonrows import change_lines
-from binlogd.protocol.serialize import dumps
 
 from .base import Sink, SinkError
 

@@ -23,7 +23,7 @@ import re
 import threading
 from pathlib import Path
 
-from binlogd import storage
+from binlogd.library import storage
 
 JOURNAL = ".uploaded"
 _NUMBERED = re.compile(r"^[^.].*\.(\d+)$")  # binlog file names: base.NNNNNN

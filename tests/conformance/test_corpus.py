@@ -18,11 +18,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
 from binlogd.protocol import events as E
 from binlogd.protocol.errors import BinlogError, EventDecodeError
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.reader import EventReader, iter_events
-
 from tests.support import manifest as M
 
 ENTRIES = M.entries_or_empty()

@@ -7,9 +7,9 @@ in-use flag, which the server clears in place when it closes the file, is outsid
 from __future__ import annotations
 
 import pytest
+
 from binlogd.protocol.errors import ChecksumError
 from binlogd.protocol.reader import iter_events
-
 from tests.support import manifest as M
 
 _entry, _data, _materialise = M.entry, M.data, M.materialise

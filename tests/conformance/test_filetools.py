@@ -16,13 +16,12 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
+from binlogd.cli import filetools, main
 from binlogd.protocol import events as E
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.fileinfo import describe
 from binlogd.protocol.reader import iter_events
-
-from binlogd import filetools
-from binlogd.cli import main
 from tests.support import manifest as M
 
 ENTRIES = M.entries_or_empty()

@@ -17,9 +17,9 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from binlogd.protocol.primitives import crc32
 from binlogd.protocol.reader import ONLY_MAGIC
-
 from tests.support import manifest as M
 from tests.support.paths import REPO
 

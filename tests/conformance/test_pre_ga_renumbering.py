@@ -13,12 +13,12 @@ from __future__ import annotations
 import struct
 
 import pytest
+
+from binlogd.library.serialize import event_to_dict
 from binlogd.protocol import events as E
 from binlogd.protocol.decoder import Decoder, renumbered_tree
 from binlogd.protocol.errors import EventDecodeError
 from binlogd.protocol.reader import iter_events
-from binlogd.protocol.serialize import event_to_dict
-
 from tests.support import manifest as M
 
 OLD_5_2 = "rust_mysql_common/ver_5_1-wl2325_r.001"  # 5.2.2-a_drop6p13: old numbers, TABLE_MAP + PRE_GA rows

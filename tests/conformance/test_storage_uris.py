@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from binlogd import storage
+from binlogd.library import storage
 from tests.support.paths import CORPUS, REPO
 from tests.support.s3 import MotoS3, s3_server  # noqa: F401 - the ``s3`` fixture
 

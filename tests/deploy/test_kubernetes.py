@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from binlogd.daemon.config import load_config
 
+from binlogd.daemon.config import load_config
 from tests.support.deploy import DEPLOY, need_yaml, render_kustomization, tool, yaml_docs
 
 BASE = DEPLOY / "kubernetes"

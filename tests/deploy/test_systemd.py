@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from binlogd.daemon import systemd
 from binlogd.daemon.config import load_config
-
 from tests.support.deploy import DEPLOY, parse_unit, systemd_seconds, tool, unit_value
 
 UNIT = DEPLOY / "systemd" / "binlogd.service"

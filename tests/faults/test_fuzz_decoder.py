@@ -45,13 +45,13 @@ import time
 import zlib
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.reader import iter_events
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
-
 from tests.support import fuzz_soak
 from tests.support.fuzz_cases import (
     ALL_FILES,

@@ -17,10 +17,10 @@ import sys
 import aiomysql
 import pytest
 from aiomysql.connection import Connection
-from binlogd.daemon import _aiomysql
-from binlogd.protocol.packet import encode_packet
 from pymysql.err import OperationalError
 
+from binlogd.daemon import _aiomysql
+from binlogd.protocol.packet import encode_packet
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import F57, binlog
 from tests.support.fakewire import frame, ok_packet

@@ -105,7 +105,7 @@ def test_core_dumps_are_turned_off():
 _ORJSON = """import os, signal, sys, threading, time
 try:
     threading.Timer(float(sys.argv[1]), os.kill, (os.getpid(), signal.SIGINT)).start()
-    from binlogd.protocol.lazyjson import orjson
+    from binlogd.library.lazyjson import orjson
     {import_}
     time.sleep(2)
 except KeyboardInterrupt:

@@ -14,9 +14,9 @@ import asyncio
 import threading
 
 import pytest
+
 from binlogd.daemon import consumer
 from binlogd.daemon.sinks import SinkError
-
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import (
     F57,

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 from tests.support.daemon import base_overrides, running_daemon, wait_caught_up
 
 pytestmark = pytest.mark.server

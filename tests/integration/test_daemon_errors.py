@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 from tests.support.daemon import LOG_LINE, base_overrides, run_to_exit, running_daemon
 
 pytestmark = pytest.mark.server

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 
 import pytest
+
+from binlogd.cli.localserver import free_port
 from binlogd.daemon.config import load_config
 from binlogd.daemon.service import EXIT_OK
-
-from binlogd.localserver import free_port
 from tests.support.daemon import (
     InProcessDaemon,
     base_overrides,

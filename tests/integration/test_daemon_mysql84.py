@@ -25,11 +25,11 @@ import uuid
 from collections import Counter
 
 import pytest
-from binlogd.daemon.config import load_config
-from binlogd.daemon.service import EXIT_OK
-from binlogd.daemon.source import SourceConnection
-from binlogd.protocol.gtid import MysqlGtidSet
 
+from binlogd.daemon.config import load_config
+from binlogd.daemon.connection import SourceConnection
+from binlogd.daemon.service import EXIT_OK
+from binlogd.protocol.gtid import MysqlGtidSet
 from tests.support.daemon import (
     STREAMING,
     DaemonProcess,

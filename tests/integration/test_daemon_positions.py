@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 from tests.support.daemon import base_overrides, read_changes, running_daemon, wait_caught_up
 
 pytestmark = pytest.mark.server

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 from tests.support.daemon import (
     assert_sink_matches,
     base_overrides,

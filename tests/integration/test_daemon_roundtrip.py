@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from binlogd.filetools import dump_events
+from binlogd.cli.filetools import dump_events
 from tests.support.daemon import (
     assert_sink_matches,
     base_overrides,

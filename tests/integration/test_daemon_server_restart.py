@@ -16,7 +16,7 @@ from collections import Counter
 import pymysql
 import pytest
 
-from binlogd.localserver import LocalServer, free_port
+from binlogd.cli.localserver import LocalServer, free_port
 from tests.support.daemon import (
     DaemonProcess,
     assert_sink_matches,

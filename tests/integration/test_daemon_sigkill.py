@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 from tests.support.daemon import (
     DaemonProcess,
     assert_sink_matches,

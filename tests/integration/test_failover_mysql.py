@@ -14,12 +14,12 @@ import json
 import logging
 
 import pytest
+
+from binlogd.cli.localserver import free_port
 from binlogd.daemon.config import load_config
 from binlogd.daemon.failover import DIVERGED, PURGED, REFUSED, UNREACHABLE, USABLE, judge, probe
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import Position
-
-from binlogd.localserver import free_port
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import (
     FENUM,

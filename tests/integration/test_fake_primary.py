@@ -21,16 +21,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+
 from binlogd.daemon.checkpoint import CheckpointStore
 from binlogd.daemon.consumer import Consumer
+from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol import decoder as D
 from binlogd.protocol import events as E
-from binlogd.protocol.checkpoint import Checkpoint
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import Position
-
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import (
     F57,
@@ -357,6 +357,7 @@ async def test_checksum_none_primary(tmp_path):
 async def test_fake_refuses_a_replica_that_does_not_announce_checksums():
     """Self-check of the fake (what makes the negotiation tests meaningful): no SET, no stream."""
     import aiomysql
+
     from binlogd.protocol.commands import com_binlog_dump_gtid, com_register_slave
     from binlogd.protocol.packet import PacketReader, encode_packet, parse_err
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from binlogd.protocol import events as E
-from binlogd.protocol import jsonrows, rowcodec
-from binlogd.protocol.reader import iter_events
-from binlogd.protocol.serialize import change_events, dumps, event_to_dict, flatten
 
+from binlogd.library import jsonrows
+from binlogd.library.serialize import change_events, dumps, event_to_dict, flatten
+from binlogd.protocol import events as E
+from binlogd.protocol import rowcodec
+from binlogd.protocol.reader import iter_events
 from tests.support import every_type as RV
 
-pytest.importorskip("binlogd.protocol._jsonrows", reason="the C extension is not built (pip install -e .)")
+pytest.importorskip("binlogd.library._jsonrows", reason="the C extension is not built (pip install -e .)")
 pytestmark = pytest.mark.server
 
 

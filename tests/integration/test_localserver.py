@@ -7,7 +7,7 @@ import os
 import pymysql
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 
 pytestmark = pytest.mark.server
 
@@ -151,7 +151,7 @@ def test_runs_the_server_it_was_given(mariadb: LocalServer, server_binaries) -> 
 
 
 def test_from_root_names_a_root_without_a_server(tmp_path) -> None:
-    from binlogd.serverbins import ServerBinaries, ServerNotFound
+    from binlogd.cli.serverbins import ServerBinaries, ServerNotFound
 
     with pytest.raises(ServerNotFound, match="holds no unpacked MariaDB server"):
         ServerBinaries.from_root(tmp_path)

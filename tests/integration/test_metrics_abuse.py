@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from binlogd.localserver import free_port
+from binlogd.cli.localserver import free_port
 from tests.support.daemon import DaemonProcess, base_overrides, read_changes, wait_caught_up, wait_until
 
 pytestmark = pytest.mark.server

@@ -20,13 +20,13 @@ import struct
 from pathlib import Path
 
 import pytest
+
+from binlogd.cli import main
 from binlogd.pipeline import decode as D
 from binlogd.protocol import skim
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.rows import ROWS_TYPES
-
-from binlogd.cli import main
 
 pytestmark = pytest.mark.server
 

@@ -7,7 +7,7 @@ LONGBLOB, ENUM (1 and 2 bytes), SET (2 bytes), JSON, GEOMETRY/POINT) and a row o
 inserted (some in non-UTC session time zones), updated (full row images: NULL→value, value→NULL,
 multi-row) and deleted, between two ``FLUSH BINARY LOGS`` so the file in between holds only them.
 
-The decoded rows (``binlogd.filetools.dump_events``) are compared with
+The decoded rows (``binlogd.cli.filetools.dump_events``) are compared with
 1. the server's own ``SELECT`` of the rows, converted to the JSON forms of README.md ("Values") by
    :func:`_json_form`, a deliberately plain converter (Decimal → exact string, date/time → text with
    the column's fsp digits, TIMESTAMP via ``UNIX_TIMESTAMP()`` → UTC text, bytes → base64, …):

@@ -12,12 +12,12 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from binlogd.protocol.events import TableMapEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from binlogd.schema import agrees, ddl
-from binlogd.schema.catalog import Catalog
+from binlogd.library.schema import agrees, ddl
+from binlogd.library.schema.catalog import Catalog
+from binlogd.protocol.events import TableMapEvent
 from tests.support import every_type
 from tests.support.schema_workload import WORKLOAD, dump_changes, positional, run
 
@@ -45,7 +45,7 @@ def test_minimal_server_changes_equal_full_server_changes(mariadb, mariadb_minim
 def mariadb_no_log():
     """A server logging no TABLE_MAP metadata at all (MariaDB's default, binlog_row_metadata=NO_LOG): neither
     names nor signedness nor charsets; everything comes from the schema history."""
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     server = LocalServer(extra_args=["--binlog-row-metadata=NO_LOG"])
     try:
@@ -91,9 +91,8 @@ def test_schema_build_then_dump_from_the_middle_names_every_column(mariadb_minim
 
 def _transaction_starts(path) -> list[int]:
     """Positions of the MariaDB GTID events of a file (transaction starts)."""
+    from binlogd.cli.filetools import dump_events
     from binlogd.protocol.events import MariadbGtidEvent
-
-    from binlogd.filetools import dump_events
 
     return [ev.header.pos for ev in dump_events(path) if isinstance(ev, MariadbGtidEvent)]
 
@@ -129,7 +128,7 @@ def test_every_type_create_table_agrees_with_its_table_map(mariadb_minimal):
     statements = [create, "INSERT INTO et (id) VALUES (1)"]
     db = _db("types")
     files = run(mariadb_minimal, db, statements)
-    from binlogd.filetools import dump_events
+    from binlogd.cli.filetools import dump_events
 
     maps = [ev for f in files for ev in dump_events(f) if isinstance(ev, TableMapEvent) and ev.schema == db]
     assert maps

@@ -15,8 +15,8 @@ import re
 import time
 import uuid
 
-from binlogd.schema import read_history
-from binlogd.schema.history import position_key
+from binlogd.library.schema import read_history
+from binlogd.library.schema.history import position_key
 from tests.support.daemon import (
     DaemonProcess,
     base_overrides,

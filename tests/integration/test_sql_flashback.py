@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.filetools import dump_events
+from binlogd.cli.filetools import dump_events
 from tests.support.sqlout import binlogd_sql, client, dump, flush, new_files, target
 
 pytestmark = pytest.mark.server

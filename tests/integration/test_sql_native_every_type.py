@@ -7,15 +7,15 @@ is checked against servers by test_sql_replay and test_sql_flashback."""
 from __future__ import annotations
 
 import pytest
-from binlogd.protocol import events as E
 
 from binlogd.cli import main
-from binlogd.filetools import dump_events
-from binlogd.sqlout import native
+from binlogd.cli.filetools import dump_events
+from binlogd.library.sqlwriter import native
+from binlogd.protocol import events as E
 from tests.support import every_type as RV
 from tests.support.sqlout import events_between, speedups, sql_main
 
-pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
+pytest.importorskip("binlogd.library._sqlrows", reason="the C extension is not built (pip install -e .)")
 pytestmark = pytest.mark.server
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from binlogd.filetools import dump_events
+from binlogd.cli.filetools import dump_events
 from tests.support import every_type
 from tests.support.daemon import base_overrides, running_daemon, wait_caught_up
 from tests.support.sqlout import binlogd_sql, client, dump, flush, new_files, target

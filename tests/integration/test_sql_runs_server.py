@@ -10,9 +10,9 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from binlogd.protocol.decoder import Decoder
 
-from binlogd.sqlout.groups import RowsRun, file_groups
+from binlogd.cli.sqlout.groups import RowsRun, file_groups
+from binlogd.protocol.decoder import Decoder
 from tests.support.sqlout import client, dump, flush, new_files, same_sql, speedups, sql_main, target
 
 pytestmark = pytest.mark.server

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 from tests.support.daemon import base_overrides, metric, parse_metrics, running_daemon, scrape, wait_caught_up
 from tests.support.s3 import Gate, s3_server  # noqa: F401 - the ``s3`` fixture
 

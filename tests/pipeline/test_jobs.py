@@ -27,6 +27,7 @@ if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)
 
 import pyarrow.parquet as pq  # noqa: E402
+
 from binlogd.pipeline.__main__ import build_zip, main  # noqa: E402
 
 ORDER = ("file", "pos", "event_seq", "row")
@@ -48,7 +49,7 @@ def _partitions(out: Path) -> dict[tuple, list[dict]]:
 
 def test_index_job(spark, corpus, tmp_path, capfd):
     """One row per file equal to ``binlogd info``; a corrupt file fails the job in one line, or is reported."""
-    from binlogd.filetools import info
+    from binlogd.cli.filetools import info
 
     paths = [str(corpus / f) for f in FILES]
     bad = str(corpus / "rust_mysql_common/binlog_truncated_event.000001")
@@ -78,7 +79,7 @@ def test_changes_job_from_binlogs(spark, corpus, tmp_path, capfd):
         assert keys == sorted(keys), (schema, table, date)      # transaction order inside the partition
     got = sorted((s, t, r["file"], r["pos"], r["event_seq"], r["row"], r["op"], r["after"])
                  for (s, t, _), rows in parts.items() for r in rows)
-    from binlogd.protocol.serialize import dumps
+    from binlogd.library.serialize import dumps
 
     want = []
     for c in expected:
@@ -128,7 +129,7 @@ def test_zip_for_executors(tmp_path):
     archive = build_zip(tmp_path / "binlogd-pipeline.zip")
     site = sysconfig.get_paths()["purelib"]
     code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-            "import binlogd.pipeline.source, binlogd.protocol.rowcodec, binlogd.filetools, binlogd.protocol.position;"
+            "import binlogd.pipeline.source, binlogd.protocol.rowcodec, binlogd.cli.filetools, binlogd.protocol.position;"
             "print(binlogd.pipeline.source.__file__); print(binlogd.pipeline.source.BinlogDataSource.name())")
     result = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(archive), site],
                             capture_output=True, text=True, cwd=tmp_path, timeout=60)

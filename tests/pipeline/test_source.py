@@ -21,7 +21,7 @@ from tests.support.spark import corpus_files, dump_json, reference_changes, spar
 if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)
 
-from binlogd.protocol.serialize import dumps  # noqa: E402
+from binlogd.library.serialize import dumps  # noqa: E402
 
 COMMON = ("file", "pos", "next_pos", "timestamp", "type", "server_id")
 GTID_TYPES = {"GTID", "GTID_TAGGED", "MARIADB_GTID"}
@@ -120,7 +120,7 @@ def test_events_transaction_columns(events, corpus):
 
 
 def test_changes_equal_change_events(changes, files):
-    """Every row change of the corpus, as protocol.serialize.change_events gives it (the JSON-lines contract)."""
+    """Every row change of the corpus, as library.serialize.change_events gives it (the JSON-lines contract)."""
     total = 0
     for path in (f for f in files if not f.endswith(SAKILA)):
         expected, error = reference_changes(path)
@@ -250,9 +250,8 @@ def test_caller_schema_maps_before_after(spark, corpus):
 
 
 def test_index_shape_equals_info(spark, files):
+    from binlogd.cli.filetools import info
     from binlogd.protocol.errors import BinlogError
-
-    from binlogd.filetools import info
 
     rows = {r["file"]: r for r in spark.read.format("binlog").option("shape", "index")
             .option("corruptFiles", "skip").load(files).collect()}
@@ -272,7 +271,7 @@ def test_index_shape_equals_info(spark, files):
 def own_server(server_binaries):
     """A server of this test's own: the typed read below applies one table's schema to every row in
     the binlog, so no other test's tables may be in it (the shared server has them)."""
-    from binlogd.localserver import LocalServer
+    from binlogd.cli.localserver import LocalServer
 
     with LocalServer(extra_args=["--binlog-row-metadata=FULL"], binaries=server_binaries) as server:
         server.sql("CREATE DATABASE pipe")

@@ -21,7 +21,7 @@ from tests.support.spark import dump_json, reference_changes, spark_missing
 if spark_missing():
     pytest.skip(spark_missing(), allow_module_level=True)
 
-from binlogd.protocol.serialize import dumps  # noqa: E402
+from binlogd.library.serialize import dumps  # noqa: E402
 
 COMMON = ("file", "pos", "next_pos", "timestamp", "type", "server_id")
 SOURCE = "mysql-binlog-connector-java/mysql-bin.checksum-crc32"   # 303 events, 60 transactions, ROTATE

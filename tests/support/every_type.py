@@ -305,9 +305,8 @@ class Scenario:
         hide what the other events say; errors outside row decoding propagate.
         """
         if self._decoded is None:
+            from binlogd.cli.filetools import dump_events
             from binlogd.protocol.events import RowsEvent
-
-            from binlogd.filetools import dump_events
 
             out = []
             for event in dump_events(self.file):

@@ -1,7 +1,7 @@
 """A protocol-level fake MySQL 8 primary that replays real binlog files to a replica.
 
 It speaks just enough of the MySQL client/server protocol for aiomysql/PyMySQL and for
-``daemon.source.SourceConnection``:
+``daemon.connection.SourceConnection``:
 
 - HandshakeV10 (no CLIENT_SSL, so TLS ``preferred`` falls back to plain text) and one configured
   user, with ``mysql_native_password`` or ``caching_sha2_password`` (``auth_plugin``: its fast path
@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 
 from binlogd.protocol.decoder import version_tuple
 from binlogd.protocol.gtid import MysqlGtidSet
-
 from tests.support.fakewire import (
     _GROUP_STARTS,
     BINLOG_DUMP_NON_BLOCK,

@@ -14,9 +14,8 @@ from pathlib import Path
 from binlogd.daemon.checkpoint import CheckpointStore
 from binlogd.daemon.config import load_config
 from binlogd.daemon.service import Daemon
-from binlogd.protocol.checkpoint import Checkpoint
+from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol.gtid import MysqlGtidSet
-
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakewire import BinlogFile
 from tests.support.paths import CORPUS

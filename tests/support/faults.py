@@ -58,7 +58,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from binlogd.localserver import LocalServer
+from binlogd.cli.localserver import LocalServer
 from tests.support.daemon import (
     DaemonProcess,
     InProcessDaemon,

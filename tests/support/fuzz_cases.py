@@ -24,14 +24,14 @@ import time
 import tracemalloc
 from contextlib import contextmanager
 
+from hypothesis import strategies as st
+
+from binlogd.library.serialize import dumps, event_to_dict, flatten
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
 from binlogd.protocol.events import FormatDescriptionEvent, TableMapEvent
 from binlogd.protocol.reader import EventReader, iter_events
-from binlogd.protocol.serialize import dumps, event_to_dict, flatten
-from hypothesis import strategies as st
-
 from tests.support.fuzz_mutations import MARIADB_COMPRESSED, aim_regions, mutate
 from tests.support.paths import CORPUS
 

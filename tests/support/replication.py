@@ -25,10 +25,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from binlogd.cli.localserver import LocalServer
+from binlogd.cli.serverbins import ServerBinaries
 from binlogd.protocol.gtid import MariadbGtidList
-
-from binlogd.localserver import LocalServer
-from binlogd.serverbins import ServerBinaries
 from tests.support.daemon import base_overrides, read_checkpoint
 
 ROW_ARGS = ("--binlog-row-metadata=FULL", "--gtid-strict-mode=ON", "--log-slave-updates")

@@ -4,10 +4,11 @@ the row image decoders (test_rowimage_speedup) and of the JSON row writer (test_
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from binlogd.protocol import values as V
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.tablemap import Column
-from hypothesis import strategies as st
 
 
 def mutate(data: bytes, edits, cut: int | None, extra: bytes) -> bytes:

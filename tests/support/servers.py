@@ -5,7 +5,7 @@ MariaDB 11.8 is Debian trixie's ``mariadb-server-core``. :func:`fetch_mariadb` d
 ``trixie``) and private package-index and cache directories, never touching the machine's apt
 configuration, and unpacks it with ``dpkg -x`` into :data:`MARIADB_118_ROOT` (``~/.cache/binlogd``),
 so a machine pays once (about 35 s, 120 MB). The binaries run through the unpacked glibc's loader
-(:meth:`binlogd.serverbins.ServerBinaries.from_root`). ``scripts/fetch-mariadb`` runs this module;
+(:meth:`binlogd.cli.serverbins.ServerBinaries.from_root`). ``scripts/fetch-mariadb`` runs this module;
 the fixtures call :func:`binaries` and fetch lazily when the setup script did not.
 """
 
@@ -20,7 +20,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from binlogd.serverbins import ServerBinaries, ServerSetupError, find_binaries
+from binlogd.cli.serverbins import ServerBinaries, ServerSetupError, find_binaries
 
 __all__ = ["MARIADB_118_ROOT", "Unavailable", "binaries", "fetch_mariadb", "machine_version", "versions"]
 

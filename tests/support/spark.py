@@ -42,11 +42,10 @@ def dump_json(path: str | os.PathLike) -> tuple[list[dict], str | None]:
 
 def reference_changes(path: str | os.PathLike) -> tuple[list[dict], str | None]:
     """Change events of a file (change_events over dump_events), and the error that ended it, if any."""
+    from binlogd.cli.filetools import dump_events
+    from binlogd.library.serialize import change_events, flatten
     from binlogd.protocol import events as E
     from binlogd.protocol.errors import BinlogError
-    from binlogd.protocol.serialize import change_events, flatten
-
-    from binlogd.filetools import dump_events
 
     out, gtid = [], None
     try:

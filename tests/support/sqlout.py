@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from binlogd.protocol import rowcodec
 
 from binlogd.cli import main
-from binlogd.localserver import LocalServer
-from binlogd.sqlout import groups, native
+from binlogd.cli.localserver import LocalServer
+from binlogd.cli.sqlout import groups
+from binlogd.library.sqlwriter import native
+from binlogd.protocol import rowcodec
 
 _SCRIPT = Path(sys.executable).parent / "binlogd"
 BINLOGD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "binlogd.cli"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 
 import pytest
+
 from binlogd.protocol.charsets import COLLATIONS, PY_CODEC, charset_for_collation, codec_for_collation
 
 KNOWN = {

@@ -11,11 +11,11 @@ import textwrap
 import time
 
 import pytest
+
 from binlogd.daemon import checkpoint as checkpoint_mod
 from binlogd.daemon.checkpoint import CheckpointError, CheckpointStore
-from binlogd.protocol.checkpoint import FORMAT_VERSION, Checkpoint, jsonl_committed, jsonl_index, jsonl_name
+from binlogd.library.checkpointfile import FORMAT_VERSION, Checkpoint, jsonl_committed, jsonl_index, jsonl_name
 from binlogd.protocol.position import Position
-
 from tests.support.paths import REPO
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -241,7 +241,7 @@ def test_unwritable_target_is_an_error_and_keeps_nothing_half_done(tmp_path, mon
     assert store.load().position.pos == 100
 
 
-# --------------------------------------------------------------------------- the pure reader (protocol.checkpoint)
+# --------------------------------------------------------------------------- the pure reader (library.checkpointfile)
 
 
 def test_parse_reads_what_the_store_writes_and_to_bytes_is_the_file(store):

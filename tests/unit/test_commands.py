@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from binlogd.protocol.commands import (
     BINLOG_DUMP_NON_BLOCK,
     BINLOG_THROUGH_GTID,

@@ -8,6 +8,7 @@ import asyncio
 import threading
 
 import pytest
+
 from binlogd.daemon.checkpoint import CheckpointStore, ResumeState
 from binlogd.daemon.committer import Committer
 from binlogd.daemon.metrics import Metrics

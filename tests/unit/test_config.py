@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from binlogd.daemon.config import (
     Config,
     ConfigError,

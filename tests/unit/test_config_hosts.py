@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from binlogd.daemon.config import ConfigError, SourceConfig, load_config, parse_endpoint
 
 HOSTS_TOML = '[source]\nhosts = ["db1:3306", "db2:3307", "db3"]\n'

@@ -6,6 +6,7 @@ import struct
 import zlib
 
 import pytest
+
 from binlogd.protocol.constants import MAGIC
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import ChecksumError

@@ -12,13 +12,13 @@ import struct
 import zlib
 
 import pytest
+
 from binlogd.protocol import decoder as D
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import LOG_EVENT_BINLOG_IN_USE_F
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.reader import event_bounds, iter_events
-
 from tests.support import manifest as M
 
 pytestmark = pytest.mark.skipif(D._frame_c is None, reason="protocol._skim is not built (or BINLOGD_PURE_PYTHON)")

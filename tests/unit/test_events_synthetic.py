@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F
 from binlogd.protocol.constants import EventType as ET

@@ -7,6 +7,8 @@ import asyncio
 import logging
 
 import pytest
+
+from binlogd.daemon.connection import ServerInfo, SourceError
 from binlogd.daemon.failover import (
     DIVERGED,
     PURGED,
@@ -23,7 +25,6 @@ from binlogd.daemon.failover import (
     no_source,
 )
 from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.source import ServerInfo, SourceError
 from binlogd.protocol.position import Position
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"

@@ -6,6 +6,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from binlogd.protocol.errors import ProtocolError, TruncatedError
 from binlogd.protocol.gtid import (
     GNO_MAX,
@@ -19,8 +22,6 @@ from binlogd.protocol.gtid import (
     decode_mariadb_gtid_list,
     decode_varlen,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 U2 = "4e11fa47-71ca-11e1-9e33-c80aa9429562"

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+
 from binlogd.daemon.http import MetricsServer
 from binlogd.daemon.metrics import Metrics
 

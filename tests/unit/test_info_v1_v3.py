@@ -11,10 +11,9 @@ import json
 import struct
 
 import pytest
-from binlogd.protocol.constants import MAGIC
 
-from binlogd import filetools
-from binlogd.cli import main
+from binlogd.cli import filetools, main
+from binlogd.protocol.constants import MAGIC
 
 START, QUERY, STOP, ROTATE = 1, 2, 3, 4
 

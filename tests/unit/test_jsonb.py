@@ -14,6 +14,9 @@ from decimal import Decimal, localcontext
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from binlogd.protocol.errors import EventDecodeError, ProtocolError
 from binlogd.protocol.jsonb import (
     MAX_DEPTH,
@@ -23,8 +26,6 @@ from binlogd.protocol.jsonb import (
 )
 from binlogd.protocol.values import decimal_size as decimal_bin_size
 from binlogd.protocol.values import decimal_text
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 BINLOGS = Path("/work/shared/binlogs/rust_mysql_common")
 

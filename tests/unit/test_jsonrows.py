@@ -1,4 +1,4 @@
-"""The C JSON row writer (protocol._jsonrows) against the reference path, byte for byte.
+"""The C JSON row writer (library._jsonrows) against the reference path, byte for byte.
 
 The reference is what the JSON-lines sink and ``binlogd dump --json`` wrote before the C writer:
 row dicts from the generated Python decoders (no C at all) given to ``serialize.dumps`` (orjson).
@@ -22,22 +22,23 @@ from functools import partial
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from binlogd.library import jsonrows
+from binlogd.library.serialize import change_events, dumps, event_to_dict, flatten
 from binlogd.protocol import events as E
-from binlogd.protocol import jsonrows, rowcodec
+from binlogd.protocol import rowcodec
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.errors import BinlogError, EventDecodeError
 from binlogd.protocol.reader import iter_events
 from binlogd.protocol.rowcodec import TableCodec
 from binlogd.protocol.rows import RowImages
-from binlogd.protocol.serialize import change_events, dumps, event_to_dict, flatten
 from binlogd.protocol.tablemap import Column
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
-
 from tests.support.paths import CORPUS, REPO
 from tests.support.rowfuzz import mutate, synthetic_rows
 
-C = pytest.importorskip("binlogd.protocol._jsonrows", reason="the C extension is not built (pip install -e .)")
+C = pytest.importorskip("binlogd.library._jsonrows", reason="the C extension is not built (pip install -e .)")
 
 CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".txt",
                                                                                           ".json", ".py"))
@@ -162,7 +163,7 @@ def test_corpus_goes_through_c(monkeypatch) -> None:
 def test_one_switch_turns_every_speedup_off() -> None:
     """BINLOGD_PURE_PYTHON=1 turns off the JSON writer, the row image decoder, the skim, the framing loop and
     the SQL writer of ``binlogd sql``."""
-    code = ("from binlogd.protocol import jsonrows, packet, rowcodec, skim; from binlogd.sqlout import native; "
+    code = ("from binlogd.protocol import packet, rowcodec, skim; from binlogd.library import jsonrows; from binlogd.library.sqlwriter import native; "
             "print(jsonrows._speedups, rowcodec.speedups_enabled(), skim._USE_C, packet._ok_payloads_c is not None, "
             "native.speedups_enabled())")
     env = dict(os.environ, BINLOGD_PURE_PYTHON="1")

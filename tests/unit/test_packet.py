@@ -9,6 +9,9 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from binlogd.protocol.errors import ProtocolError, ServerError, TruncatedError
 from binlogd.protocol.packet import (
     DEFAULT_MAX_PACKET_SIZE,
@@ -21,8 +24,6 @@ from binlogd.protocol.packet import (
     is_ok,
     parse_err,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def header(length: int, seq: int) -> bytes:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import struct
 
 import pytest
-from binlogd.protocol.errors import ProtocolError, TruncatedError
-from binlogd.protocol.packet import MAX_CHUNK, BufferedPacketReader, PacketReader
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from binlogd.protocol.errors import ProtocolError, TruncatedError
+from binlogd.protocol.packet import MAX_CHUNK, BufferedPacketReader, PacketReader
 
 
 def header(length: int, seq: int) -> bytes:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F
 from binlogd.protocol.constants import EventType as ET

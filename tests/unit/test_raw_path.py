@@ -9,6 +9,7 @@ import threading
 import zlib
 
 import pytest
+
 from binlogd.daemon.metrics import Metrics
 from binlogd.protocol import events as E
 from binlogd.protocol.errors import ChecksumError, EventDecodeError, ProtocolError
@@ -67,7 +68,6 @@ def test_rows_read_after_the_whole_file_equal_rows_read_at_once():
     """Rows events keep a view of their images and copy it when ``rows`` is first read: reading
     them after every later event was decoded gives what reading each one at once gives."""
     from binlogd.protocol.reader import iter_events
-
     from tests.support.manifest import data, entries_or_empty
 
     paths = [e.path for e in entries_or_empty() if e.path.endswith(tuple("0123456789"))][:40]
@@ -91,7 +91,6 @@ def test_rows_read_after_the_whole_file_equal_rows_read_at_once():
 
 def test_archive_flush_writes_and_sync_fsyncs_even_a_file_closed_by_a_rotate(corpus, tmp_path, monkeypatch):
     from binlogd.daemon.sinks.archive import ArchiveSink
-
     from tests.support.sinks import _fsync_recorder, artificial_rotate, feed_archive, stream
 
     first = (corpus / "canal/mysql-bin.000001").read_bytes()
@@ -114,7 +113,6 @@ def test_archive_flush_writes_and_sync_fsyncs_even_a_file_closed_by_a_rotate(cor
 def test_archive_event_run_writes_what_events_write(corpus, tmp_path):
     from binlogd.daemon.sinks.archive import ArchiveSink
     from binlogd.daemon.sinks.base import SinkError
-
     from tests.support.sinks import artificial_rotate, stream
 
     data = (corpus / "canal/mysql-bin.000001").read_bytes()
@@ -140,8 +138,8 @@ def test_session_receive_buffers_are_larger_only_without_rows():
     """The archive's consumer keeps up with the socket: its connection reads into 4 MiB buffers
     (a quarter of the reads and hand-offs); a consumer decoding rows keeps 1 MiB ones (its memory)."""
     from binlogd.daemon.config import load_config
+    from binlogd.daemon.connection import RAW_RECEIVE_BUFFER, RECEIVE_BUFFER
     from binlogd.daemon.session import Session
-    from binlogd.daemon.source import RAW_RECEIVE_BUFFER, RECEIVE_BUFFER
 
     config = load_config(None, env={})
     assert (RECEIVE_BUFFER, RAW_RECEIVE_BUFFER) == (1 << 20, 4 << 20)

@@ -19,14 +19,14 @@ import random
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from binlogd.library.serialize import event_to_dict, flatten
 from binlogd.protocol.constants import MAGIC
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, EventDecodeError, ProtocolError, TruncatedError
 from binlogd.protocol.reader import EventReader, iter_events
-from binlogd.protocol.serialize import event_to_dict, flatten
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.support.paths import CORPUS
 
 CORRUPT = "rust_mysql_common/corrupt-relay-bin.000624"

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 
 import pytest
+
 from binlogd.protocol import records
 from binlogd.protocol.records import record
 
@@ -168,7 +169,7 @@ def test_classvars_metadata_and_defaults_order():
 
 
 def test_records_do_without_dataclasses():
-    code = ("import sys; from binlogd.protocol import events, records; from binlogd.schema import model;"
+    code = ("import sys; from binlogd.protocol import events, records; from binlogd.library.schema import model;"
             "e = events.EventHeader(1, 2, 3, 4, 5, 6); records.replace(e, pos=9); records.asdict(e);"
             "print('dataclasses' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -19,6 +19,9 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
 from binlogd.protocol import events as E
 from binlogd.protocol import rowcodec
 from binlogd.protocol import rows as R
@@ -27,9 +30,6 @@ from binlogd.protocol.errors import BinlogError, EventDecodeError
 from binlogd.protocol.reader import iter_events
 from binlogd.protocol.rowcodec import TableCodec
 from binlogd.protocol.tablemap import Column
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
-
 from tests.support.paths import CORPUS, REPO
 from tests.support.rowfuzz import mutate, synthetic_rows
 

@@ -15,13 +15,13 @@ import zlib
 from pathlib import Path
 
 import pytest
+
+from binlogd.library.serialize import dumps, event_to_dict, flatten
 from binlogd.protocol import decoder as D
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.reader import iter_events
-from binlogd.protocol.serialize import dumps, event_to_dict, flatten
-
 from tests.support.fuzz_cases import ALL_FILES
 
 MARIADB = "rust_mysql_common/mariadb-bin.000001"  # 10.5.15, CRC32: FORMAT_DESCRIPTION first

@@ -10,10 +10,11 @@ nor anything above it. Two checks:
 * dynamically, importing every module of the package in a fresh interpreter must not drag any
   forbidden module into ``sys.modules`` (catches imports hidden behind third-party packages).
 
-The layers above (ARCHITECTURE.md): protocol <- binlogd.schema <- daemon, pipeline <- the CLI layer.
-binlogd.schema imports only protocol (and no network module); daemon and pipeline import protocol and
-binlogd.schema, never each other or the CLI layer (binlogd.cli, filetools, …); the same two checks,
-static and dynamic, hold for each.
+The layers above (ARCHITECTURE.md), one folder each: protocol <- library <- daemon, pipeline <- cli.
+library imports only protocol (and no network module); daemon and pipeline import protocol and library,
+never each other or the CLI layer; nothing imports the CLI layer. The same two checks, static and dynamic,
+hold for each. Across the whole package the module import graph (imports inside functions included) has
+no cycle, and no module name is used in two layers.
 
 The checkers themselves are tested on synthetic sources, so a broken checker cannot pass silently.
 """
@@ -41,7 +42,7 @@ FORBIDDEN_LOADED = FORBIDDEN
 
 def _module_name(path: Path) -> str:
     rel = path.relative_to(REPO).with_suffix("")
-    parts = ["binlogd", *rel.parts] if rel.parts[0] in ("protocol", "daemon", "pipeline") else list(rel.parts)
+    parts = ["binlogd", *rel.parts] if rel.parts[0] in _FOLDER_NAMES else list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -170,19 +171,20 @@ def test_importing_protocol_loads_no_io_modules():
 
 # ------------------------------------------------------------------------ the layers above protocol
 #
-# protocol <- binlogd.schema <- {daemon, pipeline} <- the CLI layer (binlogd.cli, filetools, demo, sqlout…).
-# Each layer may import these binlogd packages (its own included); only the CLI layer imports everything.
+# protocol <- library <- {daemon, pipeline} <- cli. Each layer may import these binlogd packages (its own
+# included); nothing imports the CLI layer.
 LAYERS = {
-    "binlogd.schema": frozenset({"binlogd.protocol", "binlogd.schema"}),
-    "binlogd.daemon": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.storage", "binlogd.daemon"}),
-    "binlogd.pipeline": frozenset({"binlogd.protocol", "binlogd.schema", "binlogd.storage", "binlogd.pipeline"}),
+    "binlogd.library": frozenset({"binlogd.protocol", "binlogd.library"}),
+    "binlogd.daemon": frozenset({"binlogd.protocol", "binlogd.library", "binlogd.daemon"}),
+    "binlogd.pipeline": frozenset({"binlogd.protocol", "binlogd.library", "binlogd.pipeline"}),
+    "binlogd.cli": frozenset({"binlogd.protocol", "binlogd.library", "binlogd.daemon", "binlogd.pipeline",
+                              "binlogd.cli"}),
 }
-# binlogd.storage (the filesystem layer: local paths and object-store URIs) imports only protocol.
-LAYER_FOLDERS = {"binlogd.schema": REPO / "binlogd" / "schema", "binlogd.daemon": REPO / "daemon",
-                 "binlogd.pipeline": REPO / "pipeline"}
-# The schema layer does no network I/O either (ARCHITECTURE.md: it only parses and stores definitions).
+LAYER_FOLDERS = {"binlogd.library": REPO / "library", "binlogd.daemon": REPO / "daemon",
+                 "binlogd.pipeline": REPO / "pipeline", "binlogd.cli": REPO / "cli"}
+# The library does no network I/O either (ARCHITECTURE.md: it parses, stores and writes).
 NO_NETWORK = frozenset({"asyncio", "socket", "selectors", "ssl", "pymysql", "aiomysql"})
-_FOLDER_NAMES = frozenset({"protocol", "daemon", "pipeline"})  # bare folder names are never ours to import
+_FOLDER_NAMES = frozenset({"protocol", "library", "daemon", "pipeline", "cli"})  # bare folder names are never ours
 
 
 def layer_violations(source: str, importer: str, layer: str, is_package: bool = False) -> list[str]:
@@ -194,7 +196,7 @@ def layer_violations(source: str, importer: str, layer: str, is_package: bool = 
             found.append(f"line {line}: {name}")
         elif parts[0] == "binlogd" and len(parts) > 1 and ".".join(parts[:2]) not in allowed:
             found.append(f"line {line}: {name}")
-        elif layer == "binlogd.schema" and parts[0] in NO_NETWORK:
+        elif layer == "binlogd.library" and parts[0] in NO_NETWORK:
             found.append(f"line {line}: {name}")
     return found
 
@@ -204,20 +206,22 @@ def _layer_files() -> list[tuple[str, Path]]:
 
 
 @pytest.mark.parametrize("source, importer, layer, expected", [
-    ("from binlogd.protocol.decoder import Decoder\nfrom binlogd.schema import read_history",
+    ("from binlogd.protocol.decoder import Decoder\nfrom binlogd.library.schema import read_history",
      "binlogd.daemon.x", "binlogd.daemon", []),
     ("from .checkpoint import Checkpoint\nfrom . import sinks", "binlogd.daemon.x", "binlogd.daemon", []),
     ("from binlogd.pipeline import decode", "binlogd.daemon.x", "binlogd.daemon",
      ["line 1: binlogd.pipeline", "line 1: binlogd.pipeline.decode"]),
-    ("def f():\n    from binlogd.filetools import info\n", "binlogd.pipeline.x", "binlogd.pipeline",
-     ["line 2: binlogd.filetools", "line 2: binlogd.filetools.info"]),
+    ("def f():\n    from binlogd.cli.filetools import info\n", "binlogd.pipeline.x", "binlogd.pipeline",
+     ["line 2: binlogd.cli.filetools", "line 2: binlogd.cli.filetools.info"]),
     ("from ..daemon import position", "binlogd.pipeline.x", "binlogd.pipeline",
      ["line 1: binlogd.daemon", "line 1: binlogd.daemon.position"]),
     ("from .. import cli", "binlogd.daemon.x", "binlogd.daemon", ["line 1: binlogd.cli"]),
     ("import daemon.position", "binlogd.pipeline.x", "binlogd.pipeline", ["line 1: daemon.position"]),
-    ("from binlogd.daemon.config import load_config", "binlogd.schema.x", "binlogd.schema",
+    ("from binlogd.daemon.config import load_config", "binlogd.library.schema.x", "binlogd.library",
      ["line 1: binlogd.daemon.config", "line 1: binlogd.daemon.config.load_config"]),
-    ("import asyncio\nimport sqlglot", "binlogd.schema.x", "binlogd.schema", ["line 1: asyncio"]),
+    ("import asyncio\nimport sqlglot", "binlogd.library.schema.x", "binlogd.library", ["line 1: asyncio"]),
+    ("from binlogd.cli import main", "binlogd.library.x", "binlogd.library",
+     ["line 1: binlogd.cli", "line 1: binlogd.cli.main"]),
     ("import asyncio", "binlogd.daemon.x", "binlogd.daemon", []),
 ])
 def test_layer_checker_finds_imports_of_other_layers(source, importer, layer, expected):
@@ -242,7 +246,8 @@ import importlib, json, pkgutil, sys
 sys.path.insert(0, sys.argv[2])
 package = importlib.import_module(sys.argv[1])
 for info in pkgutil.walk_packages(package.__path__, sys.argv[1] + "."):
-    importlib.import_module(info.name)
+    if not info.name.endswith(".__main__"):
+        importlib.import_module(info.name)
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("binlogd."))))
 """
 
@@ -254,3 +259,98 @@ def test_importing_a_layer_loads_no_layer_above_it(layer: str):
     assert proc.returncode == 0, f"importing {layer} failed:\n{proc.stderr}"
     loaded = {".".join(m.split(".")[:2]) for m in json.loads(proc.stdout.strip().splitlines()[-1])}
     assert layer in loaded and not loaded - LAYERS[layer], f"importing {layer} loaded {sorted(loaded - LAYERS[layer])}"
+
+
+# ------------------------------------------------------------------------ the whole package
+
+
+def _all_modules() -> dict[str, Path]:
+    found = {}
+    for folder in sorted(_FOLDER_NAMES):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def import_graph(modules: dict[str, str], packages: frozenset[str]) -> dict[str, set[str]]:
+    """Edges module -> binlogd module it imports, from ``modules`` (name -> source); ``packages`` are __init__s.
+
+    Imports inside functions count. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
+    else to ``pkg``.
+    """
+    graph: dict[str, set[str]] = {}
+    for name, source in modules.items():
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(node.module, node.level, name, name in packages)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` as a list of modules (first == last), or [] (an iterative depth-first search)."""
+    state: dict[str, int] = {}
+    for root in sorted(graph):
+        if state.get(root):
+            continue
+        stack, path = [(root, iter(sorted(graph[root])))], [root]
+        state[root] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(child) == 1:
+                return path[path.index(child):] + [child]
+            elif not state.get(child):
+                state[child] = 1
+                stack.append((child, iter(sorted(graph.get(child, ())))))
+                path.append(child)
+    return []
+
+
+@pytest.mark.parametrize("sources, cycle", [
+    ({"binlogd.a": "from binlogd import b", "binlogd.b": "def f():\n    import binlogd.a\n"},
+     ["binlogd.a", "binlogd.b", "binlogd.a"]),
+    ({"binlogd.a": "from binlogd.b import x", "binlogd.b": "x = 1", "binlogd.c": "import binlogd.a"}, []),
+    ({"binlogd.p": "from binlogd.p.m import y", "binlogd.p.m": "from . import n", "binlogd.p.n": ""}, []),
+    ({"binlogd.p": "from binlogd.p.m import y", "binlogd.p.m": "from binlogd.p import z"},
+     ["binlogd.p", "binlogd.p.m", "binlogd.p"]),
+])
+def test_cycle_finder_finds_cycles(sources, cycle):
+    assert find_cycle(import_graph(sources, frozenset({"binlogd.p"}))) == cycle
+
+
+def test_no_import_cycles():
+    modules = _all_modules()
+    packages = frozenset(n for n, p in modules.items() if p.name == "__init__.py")
+    graph = import_graph({n: p.read_text(encoding="utf-8") for n, p in modules.items()}, packages)
+    assert len(graph) > 80 and find_cycle(graph) == []
+
+
+def test_no_module_name_in_two_layers():
+    layers: dict[str, set[str]] = {}
+    for name in _all_modules():
+        parts = name.split(".")
+        if parts[-1] not in ("__init__", "__main__") and len(parts) > 2:
+            layers.setdefault(parts[-1], set()).add(parts[1])
+    shared = {name: sorted(found) for name, found in layers.items() if len(found) > 1}
+    assert not shared, f"module names used in more than one layer: {shared}"
+
+
+def test_the_tree_shows_the_layers():
+    """``ls`` of the repo shows one folder per layer, and binlogd/ holds only the namespace's root."""
+    assert all((REPO / folder / "__init__.py").is_file() for folder in _FOLDER_NAMES)
+    assert sorted(p.name for p in (REPO / "binlogd").glob("*.py")) == ["__init__.py"]

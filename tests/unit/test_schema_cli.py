@@ -14,7 +14,7 @@ import json
 import pytest
 
 from binlogd.cli import main
-from binlogd.schema import read_history
+from binlogd.library.schema import read_history
 
 
 def run_cli(*args: str) -> tuple[int, list[dict], str]:

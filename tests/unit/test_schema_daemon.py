@@ -1,4 +1,4 @@
-"""daemon.schema: the daemon's schema history — seed, late start, DDL entries, repairs — against a fake server.
+"""daemon.serverschema: the daemon's schema history — seed, late start, DDL entries, repairs — against a fake server.
 
 The fake answers the few statements ServerSchema sends (SHOW CREATE TABLE, SHOW MASTER STATUS, SHOW
 BINARY LOGS, SHOW BINLOG EVENTS, information_schema lists); the real-server paths are in
@@ -13,15 +13,15 @@ import re
 
 import pymysql
 import pytest
+
 from binlogd.daemon.checkpoint import CheckpointError
 from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.schema import DaemonSchema, SchemaHistoryUnusable, ServerSchema, history_path
+from binlogd.daemon.serverschema import DaemonSchema, SchemaHistoryUnusable, ServerSchema, history_path
+from binlogd.library.schema import read_history
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.tablemap import Column
-
-from binlogd.schema import read_history
 
 CREATE_T = "CREATE TABLE `t` (\n  `id` int(11) NOT NULL,\n  `v` varchar(5) DEFAULT NULL,\n  PRIMARY KEY (`id`)\n" \
            ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
@@ -258,7 +258,7 @@ async def test_an_unreadable_history_is_fatal_and_an_unwritable_one_is_retried(t
     (tmp_path / "h.jsonl").unlink()
     schema, _ = make(FakeServer(now=("b.000001", 100)))
     await schema.open("b.000001", 100)
-    import binlogd.schema.history as history
+    import binlogd.library.schema.history as history
 
     def full(fd):
         raise OSError(28, "No space left on device")

@@ -1,4 +1,4 @@
-"""The DDL parser (binlogd.schema.ddl) on each statement form, and the catalog it moves forward.
+"""The DDL parser (binlogd.library.schema.ddl) on each statement form, and the catalog it moves forward.
 
 Expected values are written out by hand from the MySQL/MariaDB manuals' semantics for each form; the
 real-server tests (tests/integration/test_schema_history*.py) check the same against TABLE_MAPs.
@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from binlogd.schema import ddl
-from binlogd.schema.catalog import DROPPED, UNKNOWN, Catalog
-from binlogd.schema.changes import (
+from binlogd.library.schema import ddl
+from binlogd.library.schema.catalog import DROPPED, UNKNOWN, Catalog
+from binlogd.library.schema.changes import (
     AddColumn,
     AlterDatabase,
     AlterTable,
@@ -29,8 +29,8 @@ from binlogd.schema.changes import (
     RenameTo,
     Unparsed,
 )
-from binlogd.schema.model import ColumnDef
-from binlogd.schema.sqltext import split_statements
+from binlogd.library.schema.model import ColumnDef
+from binlogd.library.schema.sqltext import split_statements
 
 MARIADB = "10.11.19-MariaDB-log"
 

@@ -1,5 +1,5 @@
-"""The sqlglot-free fast path for CREATE DATABASE / CREATE TABLE (binlogd.schema.fastddl) against its
-reference twin binlogd.schema.ddl.parse: on every such statement of the corpus, of this repo's tests and
+"""The sqlglot-free fast path for CREATE DATABASE / CREATE TABLE (binlogd.library.schema.fastddl) against its
+reference twin binlogd.library.schema.ddl.parse: on every such statement of the corpus, of this repo's tests and
 benchmarks, and on generated column definitions, it gives either None (the caller falls back to sqlglot)
 or exactly what ddl.parse gives.
 """
@@ -11,16 +11,16 @@ import re
 from functools import lru_cache
 
 import pytest
-from binlogd.protocol import events as E
-from binlogd.protocol.errors import BinlogError
-from binlogd.protocol.reader import iter_events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.decode import CREATE_TABLE
-from binlogd.schema import ddl, fastddl
-from binlogd.schema.changes import CreateDatabase, CreateTable
-from binlogd.schema.sqltext import ddl_text
+from binlogd.library.schema import ddl, fastddl
+from binlogd.library.schema.changes import CreateDatabase, CreateTable
+from binlogd.library.schema.sqltext import ddl_text
+from binlogd.protocol import events as E
+from binlogd.protocol.errors import BinlogError
+from binlogd.protocol.reader import iter_events
 from tests.support import manifest as M
 from tests.support.paths import REPO
 

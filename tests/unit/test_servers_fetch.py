@@ -13,7 +13,7 @@ import stat
 
 import pytest
 
-from binlogd.serverbins import ServerSetupError
+from binlogd.cli.serverbins import ServerSetupError
 from tests.support import servers
 
 FAKE_APT = """#!/bin/sh

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from binlogd.daemon.sinks import SinkError
 from binlogd.daemon.sinks.archive import ArchiveSink
 from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_BINLOG_IN_USE_F
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
-
 from tests.support.sinks import (
     ARCHIVE_FILES,
     _fsync_recorder,

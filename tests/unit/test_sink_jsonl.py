@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+
 from binlogd.daemon.sinks import SinkError
 from binlogd.daemon.sinks import jsonl as jsonl_mod
 from binlogd.daemon.sinks.jsonl import JsonLinesSink
-
 from tests.support.sinks import (
     _fsync_recorder,
     change,

@@ -9,11 +9,11 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+
 from binlogd.daemon.sinks import SinkError, make_sink
 from binlogd.daemon.sinks.archive import ArchiveSink
 from binlogd.daemon.sinks.jsonl import JsonLinesSink
 from binlogd.daemon.sinks.stdout import StdoutSink
-
 from tests.support.sinks import change
 
 

@@ -11,6 +11,9 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from binlogd.protocol import events as E
 from binlogd.protocol import skim
 from binlogd.protocol.constants import EventType as ET
@@ -18,9 +21,6 @@ from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError
 from binlogd.protocol.reader import event_bounds
 from binlogd.protocol.rows import ROWS_TYPES
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.support.paths import CORPUS
 
 SKIMMED = ROWS_TYPES | {ET.TABLE_MAP, ET.ANNOTATE_ROWS, ET.ROWS_QUERY}

@@ -11,6 +11,7 @@ import struct
 import zlib
 
 import pytest
+
 from binlogd.protocol import skim
 from binlogd.protocol.constants import EventType as ET
 

@@ -10,12 +10,12 @@ import base64
 import struct
 
 import pytest
+
+from binlogd.library.sqlwriter.literals import ident, json_diff_sql, quote, renderer
+from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.jsonb import JsonDiff
 from binlogd.protocol.tablemap import Column
-
-from binlogd.sqlout.errors import SqlOutError
-from binlogd.sqlout.literals import ident, json_diff_sql, quote, renderer
 
 UTF8MB4, LATIN1, BINARY, UCS2, ARMSCII8 = 45, 8, 63, 35, 32
 

@@ -1,7 +1,7 @@
-"""The C SQL writer (``protocol._sqlrows`` through ``binlogd.sqlout.native``) against the reference path.
+"""The C SQL writer (``library._sqlrows`` through ``binlogd.library.sqlwriter.native``) against the reference path.
 
 The reference is what ``binlogd sql`` wrote before the C writer: rows decoded into dicts by the
-generated Python decoders (no C at all), each value rendered by :mod:`binlogd.sqlout.literals`. Both
+generated Python decoders (no C at all), each value rendered by :mod:`binlogd.library.sqlwriter.literals`. Both
 must give the same bytes, or the reference must fail where the C writer does:
 - ``binlogd sql`` of every file of the shared corpus: replay, flashback and flashback --skip-unsafe give
   the same exit code, output and messages;
@@ -19,6 +19,13 @@ import random
 import struct
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from binlogd.library.sqlwriter import native
+from binlogd.library.sqlwriter.literals import literal_kind, quote
+from binlogd.library.sqlwriter.rowsql import TablePlan
+from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol import events as E
 from binlogd.protocol import rowcodec
 from binlogd.protocol.constants import ColumnType as T
@@ -26,20 +33,13 @@ from binlogd.protocol.errors import EventDecodeError
 from binlogd.protocol.rowcodec import TableCodec
 from binlogd.protocol.rows import RowImages
 from binlogd.protocol.tablemap import Column
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
-
-from binlogd.sqlout import native
-from binlogd.sqlout.errors import SqlOutError
-from binlogd.sqlout.literals import literal_kind, quote
-from binlogd.sqlout.rowsql import TablePlan
 from tests.support.paths import CORPUS
 from tests.support.rowfuzz import COLUMN_SPECS, mutate, value_bytes
 from tests.support.sqlout import counting_c_writer
 from tests.support.sqlout import speedups as _mode
 from tests.support.sqlout import sql_main as _sql
 
-C = pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
+C = pytest.importorskip("binlogd.library._sqlrows", reason="the C extension is not built (pip install -e .)")
 
 CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".txt",
                                                                                           ".json", ".py", ".result"))

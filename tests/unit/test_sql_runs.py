@@ -10,13 +10,13 @@ read. The same on a real server's files, with CRC32 checksums, is in tests/integ
 from __future__ import annotations
 
 import pytest
+
+from binlogd.cli.filetools import dump_events
+from binlogd.cli.sqlout.groups import RowsRun, file_groups
+from binlogd.library.sqlwriter import native
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.reader import iter_events
 from binlogd.protocol.rows import STMT_END_F
-
-from binlogd.filetools import dump_events
-from binlogd.sqlout import native
-from binlogd.sqlout.groups import RowsRun, file_groups
 from tests.support.paths import CORPUS
 from tests.support.sqlout import counting_c_writer, events_between, same_sql, speedups, sql_main
 
@@ -153,7 +153,7 @@ def test_malloc_keeps_freed_memory_on_glibc() -> None:
     """``binlogd sql`` has malloc keep freed memory (its output blocks then reuse touched pages): glibc only."""
     import platform
 
-    from binlogd.protocol import _sqlrows
+    from binlogd.library import _sqlrows
 
     assert _sqlrows.keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
 

@@ -1,4 +1,4 @@
-"""Text checked 32 bytes at a time (``protocol/_utf8simd.h``, AVX2) gives what the byte-by-byte code gives.
+"""Text checked 32 bytes at a time (``library/_utf8simd.h``, AVX2) gives what the byte-by-byte code gives.
 
 ``one_line`` and ``comment`` (ANNOTATE_ROWS text) and quoted VARCHAR values are compared with Python's own
 UTF-8 decoder and ``literals.quote``, with the blocks on and off: every pair of bytes, and the three- and
@@ -10,13 +10,13 @@ multi-byte characters. The other text tests of the C writer are in test_sql_nati
 from __future__ import annotations
 
 import pytest
+
+from binlogd.library.sqlwriter.literals import quote
 from binlogd.protocol import rowcodec
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.tablemap import Column
 
-from binlogd.sqlout.literals import quote
-
-C = pytest.importorskip("binlogd.protocol._sqlrows", reason="the C extension is not built (pip install -e .)")
+C = pytest.importorskip("binlogd.library._sqlrows", reason="the C extension is not built (pip install -e .)")
 
 _PIECES = [bytes([a, b]) for a in range(256) for b in range(256)] + [
     bytes([a, b, c, *d]) for a in range(0xE0, 0x100) for b in range(0x70, 0xC8) for c in (0x41, 0x80, 0xBF, 0xC0)

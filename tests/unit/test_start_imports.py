@@ -19,7 +19,7 @@ from binlogd.cli import build_parser, info_args
 from tests.support.paths import CORPUS
 
 ROW_DECODING = ("binlogd.protocol.rowcodec", "binlogd.protocol.tablemap", "binlogd.protocol.jsonb",
-                "binlogd.protocol.values", "binlogd.protocol.jsonrows", "binlogd.schema", "decimal")
+                "binlogd.protocol.values", "binlogd.library.jsonrows", "binlogd.library.schema", "decimal")
 
 
 @pytest.mark.parametrize("argv", [["info", "a.bin"], ["info", "--json", "a", "b"], ["info", "a", "--json"],
@@ -74,7 +74,7 @@ import sys
 import binlogd.daemon.service
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
-from binlogd.schema import SchemaTracker
+from binlogd.library.schema import SchemaTracker
 
 def query(sql, pos):
     return E.QueryEvent(E.EventHeader(0, ET.QUERY, 1, 40, pos + 40, 0, pos), 1, 0, 0, "d", sql, {})
@@ -96,7 +96,7 @@ def test_the_schema_history_imports_the_ddl_parser_only_for_ddl():
     out = _run("""
 for i, sql in enumerate(["BEGIN", "COMMIT", "INSERT INTO t VALUES (1)", "/* CREATE TABLE x (a INT) */ SAVEPOINT a"]):
     assert tracker.observe(query(sql, 100 * i), "b.000001") == []
-print(sorted(m for m in sys.modules if m.startswith(("sqlglot", "binlogd.schema.changes"))))
+print(sorted(m for m in sys.modules if m.startswith(("sqlglot", "binlogd.library.schema.changes"))))
 entries = tracker.observe(query("ALTER TABLE t ADD b INT", 900), "b.000001")
 print([e.table for e in entries], sqlglot())
 """)
@@ -114,8 +114,8 @@ statements = [{f"CREATE DATABASE {SCHEMA}"!r}, {CREATE_TABLE!r}]
 entries = [e for i, sql in enumerate(statements) for e in tracker.observe(query(sql, 100 * i), "b.000001")]
 print(sqlglot())
 print(json.dumps([e.to_json().decode() for e in entries]))
-from binlogd.schema import ddl
-from binlogd.schema.catalog import Catalog
+from binlogd.library.schema import ddl
+from binlogd.library.schema.catalog import Catalog
 reference = Catalog()
 for sql in statements:
     for change in ddl.parse(sql, "d"):

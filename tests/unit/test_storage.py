@@ -1,4 +1,4 @@
-"""binlogd.storage's options: an explicit endpoint wins over AWS_ENDPOINT_URL, path-style addressing and
+"""binlogd.library.storage's options: an explicit endpoint wins over AWS_ENDPOINT_URL, path-style addressing and
 region reach the S3 client; plain paths and file:// URIs need no fsspec."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from binlogd import storage
+from binlogd.library import storage
 from tests.support.paths import CORPUS, REPO
 from tests.support.s3 import s3_server  # noqa: F401 - the ``s3`` fixture
 
@@ -52,7 +52,7 @@ def test_info_and_dump_take_the_store_options(s3, monkeypatch, capsysbinary):
 def test_local_paths_need_no_fsspec(tmp_path):
     path = tmp_path / "f.000001"
     path.write_bytes(b"\xfebin1234")
-    probe = ("import sys; sys.modules['fsspec'] = None; from binlogd import storage; "
+    probe = ("import sys; sys.modules['fsspec'] = None; from binlogd.library import storage; "
              f"fh = storage.open_input({str(path)!r}); g = storage.open_input('file://' + {str(path)!r}); "
              "print(fh.read(), g.read(), fh.size, storage.is_remote('file:///x'))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+
 from binlogd.daemon.checkpoint import CheckpointStore, ResumeState
 from binlogd.daemon.committer import Committer
 from binlogd.daemon.config import load_config
@@ -28,7 +29,6 @@ from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import iter_events
 from binlogd.protocol.rows import ROWS_TYPES
-
 from tests.support.sinks import artificial_rotate, checksummed, resent_fde
 
 FILES = [

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import LOG_EVENT_ARTIFICIAL_F
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.gtid import MariadbGtid, MariadbGtidList, MysqlGtidSet
 from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.rows import STMT_END_F
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 TS = 1700000000

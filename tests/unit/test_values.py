@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import struct
 
-from binlogd.protocol.values import datetime2_text, decimal_text, float32, time2_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from binlogd.protocol.values import datetime2_text, decimal_text, float32, time2_text
 
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 

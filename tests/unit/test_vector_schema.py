@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+
 from binlogd.protocol import rowcodec
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.tablemap import Column, TableSchema, apply_schema, may_hide_vectors

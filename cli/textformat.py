@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from binlogd.library.serialize import dumps
 from binlogd.protocol import events as E
-from binlogd.protocol.serialize import dumps
 
 _OP = {"insert": "INSERT INTO", "update": "UPDATE", "delete": "DELETE FROM"}
 

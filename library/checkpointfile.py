@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .position import Position
+from binlogd.protocol.position import Position
 
 FORMAT_VERSION = 1
 _JSONL_NAME = re.compile(r"changes-(\d{6})\.jsonl")

@@ -12,9 +12,9 @@ from decimal import Decimal
 
 import orjson
 
-from . import events as E
-from .records import fields
-from .tablemap import Column
+from binlogd.protocol import events as E
+from binlogd.protocol.records import fields
+from binlogd.protocol.tablemap import Column
 
 _SKIP = {"header", "_decode", "_cache", "events", "statement", "_text"}
 
@@ -68,7 +68,7 @@ def event_to_dict(event: E.Event, file: str | None = None, next_pos: int | None 
     offset after the event, never the header's next_position (0 inside a transaction on
     MariaDB 11.4+, the primary's offsets in a relay log). An event inside a
     TRANSACTION_PAYLOAD has its payload's pos: pass the payload's end as ``next_pos``.
-    ``rows=False`` leaves a row event's rows out (:func:`protocol.jsonrows.event_json` writes them).
+    ``rows=False`` leaves a row event's rows out (:func:`library.jsonrows.event_json` writes them).
     """
     h = event.header
     next_pos = h.pos + h.event_length if next_pos is None else next_pos

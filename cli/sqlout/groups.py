@@ -18,7 +18,9 @@ import os
 import re
 from collections.abc import Callable, Iterator
 
-from binlogd import filetools
+from binlogd.cli import filetools
+from binlogd.library.schema.history import SchemaTracker
+from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol import events as E
 from binlogd.protocol.bodies import mariadb_uncompress
 from binlogd.protocol.constants import LOG_EVENT_IGNORABLE_F
@@ -30,9 +32,6 @@ from binlogd.protocol.position import Position, PositionTracker
 from binlogd.protocol.reader import iter_events
 from binlogd.protocol.records import field, record
 from binlogd.protocol.rows import STMT_END_F, RowImages
-from binlogd.schema.history import SchemaTracker
-
-from .errors import SqlOutError
 
 _RAW_QUERIES = frozenset({ET.QUERY, ET.QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
 _SKIPPED = (E.FormatDescriptionEvent, E.RotateEvent, E.StopEvent, E.PreviousGtidsEvent, E.MariadbGtidListEvent,

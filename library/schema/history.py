@@ -19,15 +19,15 @@ import re
 from collections import deque
 from collections.abc import Callable
 
+from binlogd.library.lazyjson import orjson
 from binlogd.protocol.charsets import charset_for_collation
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.errors import BinlogError
-from binlogd.protocol.lazyjson import orjson
 from binlogd.protocol.records import record
 
 from .catalog import DROPPED, UNKNOWN, Catalog
 from .model import CheckedSchema, TableDef, charset_name, compile_schema
-from .sqltext import read_ddl
+from .readddl import read_ddl
 
 Name = tuple[str, str]
 _SUFFIX = re.compile(r"^(.*?)(\d+)$")

@@ -8,10 +8,10 @@ key when the TABLE_MAP names one and the image holds it; otherwise by every colu
 
 from __future__ import annotations
 
+from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import ColumnType as T
 
-from .errors import SqlOutError
 from .literals import ident, is_json_diff, json_diff_sql, renderer
 
 

@@ -17,18 +17,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from binlogd.cli.sqlout.groups import Group, RowsRun, Statement, statement_kind
+from binlogd.library.sqlwriter import native
+from binlogd.library.sqlwriter.literals import ident, quote
+from binlogd.library.sqlwriter.rowsql import TablePlan
+from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol import events as E
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.gtid import Gtid, MariadbGtid
 from binlogd.protocol.records import field, record
 from binlogd.protocol.rows import RowImages
-
-from . import native
-from .errors import SqlOutError
-from .groups import Group, RowsRun, Statement, statement_kind
-from .literals import ident, quote
-from .rowsql import TablePlan
 
 ROW_SESSION = (("charset", "SET NAMES utf8mb4"), ("time_zone", "SET @@session.time_zone='+00:00'"),
                ("sql_mode", "SET @@session.sql_mode='NO_AUTO_VALUE_ON_ZERO'"))

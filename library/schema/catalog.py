@@ -1,6 +1,6 @@
 """The tables and databases at one point of a binlog stream, moved forward by parsed DDL.
 
-:meth:`Catalog.apply` takes one change record from :mod:`binlogd.schema.ddl` and returns what it
+:meth:`Catalog.apply` takes one change record from :mod:`binlogd.library.schema.ddl` and returns what it
 did to each table: a new :class:`TableDef`, ``UNKNOWN`` (a statement touched it in a way that
 could not be followed) or ``DROPPED``.
 """
@@ -48,7 +48,7 @@ class Catalog:
         """Apply one change record.
 
         Args:
-            change: a record from :func:`binlogd.schema.ddl.parse`.
+            change: a record from :func:`binlogd.library.schema.ddl.parse`.
             server_charset: the statement's character_set_server (CREATE DATABASE's default).
         Returns:
             The tables whose state changed → their new state (TableDef, UNKNOWN or DROPPED).

@@ -14,13 +14,13 @@ import mmap
 import os
 import sys
 
+from binlogd.library.schema.changes import Unparsed
+from binlogd.library.schema.history import Entry, SchemaHistoryError, SchemaTracker, read_history
+from binlogd.library.schema.readddl import read_ddl
+from binlogd.library.schema.sqltext import expand_comments, split_statements
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.reader import iter_events
-
-from .changes import Unparsed
-from .history import Entry, SchemaHistoryError, SchemaTracker, read_history
-from .sqltext import expand_comments, read_ddl, split_statements
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
 

@@ -10,11 +10,11 @@ plain ``CREATE TABLE`` should not pay it (issues 16/18). :func:`parse` reads exa
   KEY ... REFERENCES`` clauses, and the ENGINE, AUTO_INCREMENT, charset, collation, COMMENT and ROW_FORMAT
   table options,
 
-and gives exactly the change records :func:`binlogd.schema.ddl.parse` gives for them (the reference twin;
+and gives exactly the change records :func:`binlogd.library.schema.ddl.parse` gives for them (the reference twin;
 tests/unit/test_schema_fastddl.py compares the two on every such statement of the corpus and on generated
-ones). It reads the text :func:`binlogd.schema.sqltext.ddl_text` made, as ``ddl.parse`` does: comments are
+ones). It reads the text :func:`binlogd.library.schema.sqltext.ddl_text` made, as ``ddl.parse`` does: comments are
 gone, executable ones opened as the logging server ran them, ANSI_QUOTES identifiers backquoted. Anything
-else, or anything it is not sure of, gives None, and :func:`~binlogd.schema.sqltext.read_ddl` falls back to
+else, or anything it is not sure of, gives None, and :func:`~binlogd.library.schema.readddl.read_ddl` falls back to
 sqlglot: any word or character it does not know, unquoted identifiers that are keywords to sqlglot, double quotes,
 escapes other than ``\'``, ``\"`` and ``\\`` in ENUM/SET values, generated columns, CHECK, partitions,
 LIKE, SELECT, index options, a DEFAULT that is not a plain literal or CURRENT_TIMESTAMP, a COLLATE right
@@ -113,11 +113,11 @@ class _No(Exception):
 
 
 def parse(text: str, default_db: str = "") -> list | None:
-    """The changes of a plain CREATE DATABASE or CREATE TABLE, exactly as :func:`binlogd.schema.ddl.parse`
+    """The changes of a plain CREATE DATABASE or CREATE TABLE, exactly as :func:`binlogd.library.schema.ddl.parse`
     gives them, or None for any statement (or detail) this fast path does not read.
 
     Args:
-        text: the statement as its server ran it (:func:`binlogd.schema.sqltext.ddl_text`'s result).
+        text: the statement as its server ran it (:func:`binlogd.library.schema.sqltext.ddl_text`'s result).
         default_db: the QUERY event's default database, for an unqualified table name.
     """
     try:

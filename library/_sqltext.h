@@ -1,5 +1,5 @@
-/* The SQL text protocol._sqlrows writes, apart from its plans: the output buffer, quoted text (as
- * binlogd/sqlout/literals.py quotes it), comment lines, and the literals of numbers, dates, times and bytes. */
+/* The SQL text library._sqlrows writes, apart from its plans: the output buffer, quoted text (as
+ * library/sqlout/literals.py quotes it), comment lines, and the literals of numbers, dates, times and bytes. */
 #ifndef BINLOGD_SQLTEXT_H
 #define BINLOGD_SQLTEXT_H
 
@@ -80,7 +80,7 @@ add_bytes(Out *o, PyObject *bytes)
 
 /* ------------------------------------------------------------------ quoted text */
 
-/* What quote() (binlogd/sqlout/literals.py) writes after a backslash for each byte; 0 for a byte kept as
+/* What quote() (library/sqlout/literals.py) writes after a backslash for each byte; 0 for a byte kept as
  * it is; 1 for the bytes of multi-byte UTF-8, which are kept only inside a well-formed character. */
 static unsigned char ESCAPE[256];
 

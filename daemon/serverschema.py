@@ -1,7 +1,7 @@
 """Column names for primaries that log no TABLE_MAP names: the schema history, seeded and repaired from the server.
 
 :class:`DaemonSchema` keeps the history file (``[schema] history_path``, by default
-``schema-history.jsonl`` beside the checkpoint) and the :class:`binlogd.schema.SchemaTracker` that
+``schema-history.jsonl`` beside the checkpoint) and the :class:`binlogd.library.schema.SchemaTracker` that
 follows the stream's DDL. The decoder only looks definitions up (no SQL inside decoding). The
 consumer hands it every event (:meth:`DaemonSchema.follow`):
 
@@ -27,14 +27,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from binlogd.library.schema import (
+    Entry,
+    HistoryWriter,
+    SchemaHistoryError,
+    SchemaTracker,
+    TableDef,
+    agrees,
+    read_history,
+)
+from binlogd.library.schema.catalog import Catalog
+from binlogd.library.schema.history import position_key
+from binlogd.library.schema.model import charset_name
+from binlogd.library.schema.readddl import read_ddl
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
-
-from binlogd.schema import Entry, HistoryWriter, SchemaHistoryError, SchemaTracker, TableDef, agrees, read_history
-from binlogd.schema.catalog import Catalog
-from binlogd.schema.history import position_key
-from binlogd.schema.model import charset_name
-from binlogd.schema.sqltext import read_ddl
 
 from .checkpoint import CheckpointError
 
@@ -118,7 +125,7 @@ class ServerSchema:
             return None
         if not rows or len(rows[0]) < 2:
             return None
-        from binlogd.schema.changes import CreateTable
+        from binlogd.library.schema.changes import CreateTable
 
         changes = read_ddl(rows[0][1], schema)
         if len(changes) != 1 or not isinstance(changes[0], CreateTable):
@@ -155,7 +162,7 @@ class ServerSchema:
         """The tables DDL logged from ``file:pos`` to ``until`` (a (file, pos), excluded; default: the end of the
         binlog) names (``(db, "*")``: a whole database); None when that is not known (an unreadable statement,
         or more than ``limit`` events)."""
-        from binlogd.schema.changes import tables_named
+        from binlogd.library.schema.changes import tables_named
 
         files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
         end = position_key(*until) if until is not None else None

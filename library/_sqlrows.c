@@ -1,4 +1,4 @@
-/* protocol._sqlrows: optional C writer of row images as SQL text (see binlogd/sqlout/native.py). */
+/* library._sqlrows: optional C writer of row images as SQL text (see library/sqlout/native.py). */
 #include "_sqltext.h"
 #include "_sqlimage.h"
 #include <stddef.h>
@@ -50,7 +50,7 @@ PyDoc_STRVAR(module_doc,
 "when raw is well-formed UTF-8 (the text Python decodes from it, encoded again); else None.\n"
 "one_line(raw) -> bool: whether raw is well-formed UTF-8 without a newline or carriage return (its\n"
 "comment is then '-- ' + raw).\n"
-"utf8_blocks(on) -> bool: text is checked 32 bytes at a time (AVX2, where the CPU has it; protocol/_utf8simd.h)\n"
+"utf8_blocks(on) -> bool: text is checked 32 bytes at a time (AVX2, where the CPU has it; library/_utf8simd.h)\n"
 "when on, else byte by byte where it is not ASCII; returns whether it now is. Both give the same output.");
 
 enum { W_VALUES, W_DELETE, W_UPDATE, W_UPDATE_SWAPPED };
@@ -539,7 +539,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, .m_name = "binlogd.protocol._sqlrows", .m_doc = module_doc, .m_size = -1,
+    PyModuleDef_HEAD_INIT, .m_name = "binlogd.library._sqlrows", .m_doc = module_doc, .m_size = -1,
     .m_methods = methods,
 };
 

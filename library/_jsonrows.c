@@ -1,4 +1,4 @@
-/* protocol._jsonrows: optional C writer of row images as JSON bytes (see protocol/jsonrows.py). */
+/* library._jsonrows: optional C writer of row images as JSON bytes (see library/jsonrows.py). */
 #include "_rowplan.h"
 #include <stddef.h>
 
@@ -7,7 +7,7 @@ PyDoc_STRVAR(module_doc,
 "(rowcodec.image_plan), with no Python object per value where the value is native.\n"
 "\n"
 "Image(plan, null_offset, dumps) compiles a plan for JSON: each row image becomes the\n"
-"bytes that dumps (protocol.serialize.dumps, orjson) gives for the row dict protocol._rowimage\n"
+"bytes that dumps (library.serialize.dumps, orjson) gives for the row dict protocol._rowimage\n"
 "decodes, byte for byte. Values of the plan's Python functions (OP_BYTES_CALL, OP_FIXED_CALL,\n"
 "OP_JSON) and text in charsets other than UTF-8 are written from their Python value: None,\n"
 "bool, int and str in C, floats by orjson.dumps, anything else with dumps(value).\n"
@@ -506,7 +506,7 @@ Image_dealloc(Image *im)
 
 static PyTypeObject ImageType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "binlogd.protocol._jsonrows.Image",
+    .tp_name = "binlogd.library._jsonrows.Image",
     .tp_doc = PyDoc_STR("Image(plan, null_offset, dumps): a row image plan compiled for JSON (see the module doc)."),
     .tp_basicsize = offsetof(Image, cols),
     .tp_itemsize = sizeof(Col),
@@ -588,7 +588,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, .m_name = "binlogd.protocol._jsonrows", .m_doc = module_doc, .m_size = -1,
+    PyModuleDef_HEAD_INIT, .m_name = "binlogd.library._jsonrows", .m_doc = module_doc, .m_size = -1,
     .m_methods = methods,
 };
 

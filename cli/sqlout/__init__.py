@@ -2,11 +2,7 @@
 
 - :mod:`.groups`: files → transactions (:class:`~.groups.Group`), the file sequence check and the range.
 - :mod:`.render`: a transaction as SQL: replayed with its logged session context, or inverted.
-- :mod:`.rowsql`: INSERT/UPDATE/DELETE for the rows of one table; :mod:`.literals`: exact literals.
 - :mod:`.command`: the subcommand's options and run (exit codes 0/1/2, as ``dump``'s).
+
+The rows of a transaction are written by :mod:`binlogd.library.sqlwriter` (the C writer and its reference).
 """
-
-from .command import add_arguments, run
-from .errors import SqlOutError
-
-__all__ = ["SqlOutError", "add_arguments", "run"]

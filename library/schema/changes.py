@@ -1,6 +1,6 @@
-"""The change records :func:`binlogd.schema.ddl.parse` returns: what a DDL statement does to tables' columns.
+"""The change records :func:`binlogd.library.schema.ddl.parse` returns: what a DDL statement does to tables' columns.
 
-Plain frozen records (:func:`binlogd.protocol.records.record`; no sqlglot types): :mod:`binlogd.schema.catalog`
+Plain frozen records (:func:`binlogd.protocol.records.record`; no sqlglot types): :mod:`binlogd.library.schema.catalog`
 applies them.
 """
 

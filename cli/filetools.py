@@ -5,7 +5,7 @@ The decoding is binlogd.protocol's: :func:`binlogd.protocol.fileinfo.describe` f
 regular file whole; a pipe, a FIFO, a character device or standard input (``-``) is read as a
 stream through :class:`binlogd.protocol.reader.EventReader`, which needs no size and holds one
 event at a time. A file that holds only the binlog magic is truncated for both tools (exit 1).
-Object-store URIs (``s3://`` ..., :mod:`binlogd.storage`) are read with ranged requests: ``info``
+Object-store URIs (``s3://`` ..., :mod:`binlogd.library.storage`) are read with ranged requests: ``info``
 asks for the first events and the last few KB, ``dump`` streams the object in bounded blocks.
 """
 
@@ -17,13 +17,12 @@ import os
 import stat
 from collections.abc import Iterator
 
+from binlogd.library import storage
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, TruncatedError
 from binlogd.protocol.events import Event
 from binlogd.protocol.fileinfo import BinlogInfo, describe
 from binlogd.protocol.reader import ONLY_MAGIC, EventReader, check_magic, iter_events
-
-from . import storage
 
 TYPE_CHECKING = False  # typing itself is not imported at run time (start-up: `binlogd info`)
 if TYPE_CHECKING:
@@ -62,7 +61,7 @@ def measured_info(path: str | os.PathLike) -> tuple[BinlogInfo, int]:
         (the :class:`BinlogInfo`, ``file`` being ``path`` as given; the bytes read to describe it).
     Raises:
         BinlogError: not a binlog, or no complete FORMAT_DESCRIPTION at its start;
-            :class:`binlogd.storage.StorageError` for a missing, refused or unreadable object.
+            :class:`binlogd.library.storage.StorageError` for a missing, refused or unreadable object.
         OSError: the file cannot be read, or is not a regular file (a pipe cannot be sought in).
     """
     if storage.scheme(path):  # s3://, file:// ...: the remote code path, file:// read locally

@@ -2,7 +2,7 @@
 
 The reference path decodes every row into a dict of Python values and renders each value with the
 renderers of :mod:`.literals` (:class:`.rowsql.TablePlan`). When the optional C extension
-``protocol._sqlrows`` is built, :func:`row_lines` writes the same bytes from the row images instead:
+``library._sqlrows`` is built, :func:`row_lines` writes the same bytes from the row images instead:
 each image shape of a table is compiled once (the decoder's plan, :func:`protocol.rowcodec.image_plan`,
 and how each column's literal is written) and no Python object is made per value, except for the kinds
 of values whose literal comes from a Python function (JSON, VECTOR, old TIME and DATETIME, text of
@@ -24,7 +24,7 @@ from .literals import literal_kind, quote
 from .rowsql import TablePlan
 
 try:
-    from binlogd.protocol import _sqlrows as C
+    from binlogd.library import _sqlrows as C
 except ImportError:  # not built: the reference path writes every row
     C = None
 
@@ -95,7 +95,7 @@ _powers = False
 
 
 def _form(plan: TablePlan, col, entry: tuple) -> tuple:
-    """How the C writer writes one column's literal: ``(form, quoted name, arg)`` (see ``protocol._sqlrows``).
+    """How the C writer writes one column's literal: ``(form, quoted name, arg)`` (see ``library._sqlrows``).
 
     Raises:
         ValueError: a column only the reference can write (an integer of unknown signedness).

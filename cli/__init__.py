@@ -13,8 +13,8 @@ import gc
 import os
 import sys
 
+from binlogd.library.lazyjson import orjson
 from binlogd.protocol.errors import BinlogError
-from binlogd.protocol.lazyjson import orjson
 
 # Each command imports what it needs when it runs (``binlogd info`` starts in tens of milliseconds), and so
 # does main() for the parser: importing this module takes about a millisecond, and a Ctrl-C after it
@@ -47,15 +47,14 @@ def _store_arguments(p) -> None:
 
 def _configure_store(args) -> None:
     if args.endpoint or args.region or args.path_style:
-        from . import storage
+        from binlogd.library import storage
 
         storage.configure(storage.Options(args.endpoint, args.region, args.path_style))
 
 
 def cmd_info(args) -> int:
+    from binlogd.cli import filetools
     from binlogd.protocol.records import asdict
-
-    from . import filetools
 
     _configure_store(args)
     if args.json:
@@ -70,7 +69,7 @@ def cmd_info(args) -> int:
             continue
         report = dict(asdict(result), bytes_read=bytes_read)
         if args.json:
-            from binlogd.protocol.serialize import dumps
+            from binlogd.library.serialize import dumps
 
             _out(dumps(report) + b"\n")
         else:
@@ -82,12 +81,11 @@ def cmd_info(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    from binlogd.protocol.jsonrows import event_json
-    from binlogd.protocol.serialize import flatten
-    from binlogd.schema.cli import dump_tracker
-
-    from . import filetools
-    from .textformat import format_event
+    from binlogd.cli import filetools
+    from binlogd.cli.schemacmd import dump_tracker
+    from binlogd.cli.textformat import format_event
+    from binlogd.library.jsonrows import event_json
+    from binlogd.library.serialize import flatten
 
     _configure_store(args)
     try:  # names the columns of MINIMAL/NO_LOG metadata from the DDL the files hold (and a saved history)
@@ -163,7 +161,7 @@ def _no_core_dumps(log) -> None:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from binlogd.cli.demo import run_demo
 
     return run_demo(args)
 
@@ -210,17 +208,17 @@ def _dump_parser(sub) -> None:
 
 
 def _schema_parser(sub) -> None:
-    from .schema import cli as schema_cli
+    from binlogd.cli import schemacmd as schema_cli
 
     schema_cli.add_parser(sub)
 
 
 def _sql_parser(sub) -> None:
-    from . import sqlout
+    from binlogd.cli.sqlout import command
 
     p = sub.add_parser("sql", help="SQL to replay binlogs (point-in-time recovery) or undo their row changes")
-    sqlout.add_arguments(p, _datetime)
-    p.set_defaults(func=sqlout.run)
+    command.add_arguments(p, _datetime)
+    p.set_defaults(func=command.run)
 
 
 def _run_parser(sub) -> None:

@@ -1,14 +1,15 @@
 """DDL statements from QUERY events as plain change records, parsed with sqlglot's MySQL dialect.
 
-:func:`parse` is the only entry point; nothing outside this module sees a sqlglot type. It returns
+:func:`parse` reads a statement (:func:`binlogd.library.schema.readddl.read_ddl` calls it when the fast parser
+cannot); nothing outside this module sees a sqlglot type. It returns
 the changes a statement makes to tables' columns (``CreateTable``, ``AlterTable``, ``RenameTables``,
 ``DropTables``, ``CreateDatabase``, ``AlterDatabase``, ``DropDatabase``), nothing for statements that
 change no columns (DML, indexes, comments, engine, partitions, views, users ...), and ``Unparsed``
 (naming the tables it mentions, when they can be found) for a DDL statement it cannot read; the
-records are in :mod:`binlogd.schema.changes`.
+records are in :mod:`binlogd.library.schema.changes`.
 
 Before parsing, executable comments are expanded as the server that logged the statement did
-(:mod:`binlogd.schema.sqltext`). sqlglot's MySQL dialect lacks a few MariaDB/MySQL forms
+(:mod:`binlogd.library.schema.sqltext`). sqlglot's MySQL dialect lacks a few MariaDB/MySQL forms
 (several ALTER clauses, RENAME TABLE, ALTER DATABASE, some type names); those are read clause by
 clause with its tokenizer.
 """
@@ -92,7 +93,7 @@ def parse(sql: str, default_db: str = "", sql_mode: int = 0, server_version: str
 
 
 def parse_text(text: str, default_db: str = "") -> list:
-    """:func:`parse` of a statement's :func:`~binlogd.schema.sqltext.ddl_text` (its text as the server ran it)."""
+    """:func:`parse` of a statement's :func:`~.sqltext.ddl_text` (its text as the server ran it)."""
     try:
         tokens = _DIALECT.tokenize(text)
     except SqlglotError as exc:

@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from binlogd.cli.schemacmd import dump_tracker
+from binlogd.cli.sqlout.groups import Range, parse_gtids, select
+from binlogd.cli.sqlout.render import Filters, Renderer
+from binlogd.library.schema.history import SchemaTracker
+from binlogd.library.schema.model import TableDef
+from binlogd.library.sqlwriter import native
+from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol.errors import BinlogError
-from binlogd.schema.cli import dump_tracker
-from binlogd.schema.history import SchemaTracker
-from binlogd.schema.model import TableDef
-
-from . import native
-from .errors import SqlOutError
-from .groups import Range, parse_gtids, select
-from .render import Filters, Renderer
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
 _FLUSH_BYTES = 1 << 20

@@ -12,9 +12,9 @@ with REPLICATION SLAVE, REPLICATION CLIENT and SELECT. The initialised data dire
 tables and users, no binary logs) is built once per server version and copied for every new
 server, so a start costs about a second.
 
-The server binary is the machine's (chosen by :mod:`binlogd.serverbins`) unless ``binaries=`` names
+The server binary is the machine's (chosen by :mod:`binlogd.cli.serverbins`) unless ``binaries=`` names
 another installation, e.g. ``ServerBinaries.from_root(path)`` for a server unpacked from packages.
-Failures raise :class:`binlogd.serverbins.ServerSetupError` (a BinlogError and a RuntimeError).
+Failures raise :class:`binlogd.cli.serverbins.ServerSetupError` (a BinlogError and a RuntimeError).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from binlogd._children import forget, spawn
-from binlogd.serverbins import ServerBinaries, ServerSetupError, require_binaries
+from binlogd.cli._children import forget, spawn
+from binlogd.cli.serverbins import ServerBinaries, ServerSetupError, require_binaries
 
 __all__ = ["LocalServer", "free_port"]
 
@@ -277,7 +277,7 @@ class LocalServer:
     ``start()`` / ``stop()`` (clean shutdown) / ``kill()`` (SIGKILL) / ``restart()`` keep the data
     and the port; ``cleanup()`` removes a temp basedir; ``with LocalServer() as s`` does start on
     enter and stop + cleanup on exit. ``extra_args`` come after the defaults, so they override them.
-    ``binaries`` is the installation to run (default: the machine's, :func:`binlogd.serverbins.require_binaries`).
+    ``binaries`` is the installation to run (default: the machine's, :func:`binlogd.cli.serverbins.require_binaries`).
     """
 
     host = "127.0.0.1"
@@ -546,7 +546,7 @@ class _PortInUse(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m binlogd.localserver``: start a server, print how to reach it, wait for Ctrl-C."""
+    """``python -m binlogd.cli.localserver``: start a server, print how to reach it, wait for Ctrl-C."""
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -1,4 +1,4 @@
-/* protocol._sqlrows' Image: one image shape of a table compiled for the SQL writer (see _sqlrows.c's module
+/* library._sqlrows' Image: one image shape of a table compiled for the SQL writer (see _sqlrows.c's module
  * doc): how each column is read (its plan entry, _rowplan.h) and written (its form). */
 #ifndef BINLOGD_SQLIMAGE_H
 #define BINLOGD_SQLIMAGE_H
@@ -152,7 +152,7 @@ Image_dealloc(Image *im)
 
 static PyTypeObject ImageType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "binlogd.protocol._sqlrows.Image",
+    .tp_name = "binlogd.library._sqlrows.Image",
     .tp_doc = PyDoc_STR("Image(plan, null_offset, forms, key): a row image plan compiled for SQL (see the module doc)."),
     .tp_basicsize = offsetof(Image, cols),
     .tp_itemsize = sizeof(Column),

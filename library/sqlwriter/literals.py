@@ -25,13 +25,12 @@ import struct
 from base64 import b64decode
 from collections.abc import Callable
 
+from binlogd.library.lazyjson import orjson
+from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import ColumnType as T
 from binlogd.protocol.jsonb import JsonDiff
-from binlogd.protocol.lazyjson import orjson
 from binlogd.protocol.tablemap import BLOB_TYPES, Column
-
-from .errors import SqlOutError
 
 Render = Callable[[object], str]
 
@@ -108,8 +107,8 @@ def _hex(v) -> str:
 
 
 def _json(v) -> str:
-    orjson()  # not imported at sql's start (protocol.lazyjson): serialize needs it
-    from binlogd.protocol.serialize import dumps
+    orjson()  # not imported at sql's start (library.lazyjson): serialize needs it
+    from binlogd.library.serialize import dumps
 
     return "CAST(" + quote(dumps(v).decode()) + " AS JSON)"
 

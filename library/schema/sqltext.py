@@ -2,8 +2,8 @@
 
 A QUERY event logs the statement as the client sent it; the server ran what its executable comments
 hold (``/*! ... */`` always, ``/*!NNNNN ... */`` from version NNNNN on, ``/*M!NNNNNN ... */`` on MariaDB
-only) and ignored every other comment. :func:`read_ddl` reads a statement's column changes: the one entry
-point for the schema history, its seeds and the daemon's server checks.
+only) and ignored every other comment. :func:`ddl_text` gives the text a DDL parser reads
+(:func:`binlogd.library.schema.readddl.read_ddl`).
 """
 
 from __future__ import annotations
@@ -110,21 +110,3 @@ def split_statements(text: str) -> list[str]:
             i += 1
     out.append(text[begin:])
     return [s.strip() for s in out if s.strip()]
-
-
-def read_ddl(sql: str, default_db: str = "", sql_mode: int = 0, server_version: str = "") -> list:
-    """A QUERY event's statement read as :func:`binlogd.schema.ddl.parse` reads it (same arguments, same
-    change records): [] for no DDL (BEGIN, DML); a plain CREATE DATABASE or CREATE TABLE by
-    :func:`binlogd.schema.fastddl.parse`; any other DDL by ``ddl.parse_text``, which imports sqlglot (70 ms or
-    more) the first time. The change records' modules are imported with the first DDL statement."""
-    text = ddl_text(sql, sql_mode, server_version)
-    if text is None:
-        return []
-    from . import fastddl
-
-    changes = fastddl.parse(text, default_db)
-    if changes is None:
-        from . import ddl
-
-        changes = ddl.parse_text(text, default_db)
-    return changes

@@ -2,8 +2,8 @@
 
 ``binlogd dump --json`` and the JSON-lines sink spend most of their time turning row images into
 JSON. The reference path decodes each row into a dict of Python values (:mod:`protocol.rowcodec`)
-and gives it to :func:`protocol.serialize.dumps` (orjson). When the optional C extension
-``protocol._jsonrows`` is built, :func:`rows_json` writes the same bytes from the row images
+and gives it to :func:`library.serialize.dumps` (orjson). When the optional C extension
+``library._jsonrows`` is built, :func:`rows_json` writes the same bytes from the row images
 instead, with the per-table plan built once per TABLE_MAP and image shape
 (:func:`protocol.rowcodec.image_plan`) and no Python object per value. Values whose Python form
 comes from a Python function (JSON documents, FLOAT, binary columns, text in charsets other than
@@ -17,13 +17,14 @@ dump --json``) and :func:`images_json` (the Spark source's JSON text columns) ar
 
 from __future__ import annotations
 
-from . import events as E
-from . import rowcodec, speedups
-from .rows import RowImages
+from binlogd.protocol import events as E
+from binlogd.protocol import rowcodec, speedups
+from binlogd.protocol.rows import RowImages
+
 from .serialize import dumps, event_to_dict
 
 try:
-    from . import _jsonrows as C
+    from binlogd.library import _jsonrows as C
 except ImportError:  # not built: the reference path writes every row
     C = None
 
@@ -93,7 +94,7 @@ def rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: byte
 
 def reference_rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: bytes = b"",
                         index_end: bytes | None = None) -> tuple[bytes, int]:
-    """:func:`rows_json` from the row dicts (``event.rows``) and :func:`protocol.serialize.dumps`.
+    """:func:`rows_json` from the row dicts (``event.rows``) and :func:`library.serialize.dumps`.
 
     Raises:
         EventDecodeError: malformed rows.
@@ -110,7 +111,7 @@ def reference_rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes,
 
 def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None) -> tuple[bytes, int]:
     """The change events of one rows event as JSON lines, one per row, each ending in a newline (the
-    bytes of ``dumps(change) + b"\\n"`` for each change of :func:`protocol.serialize.change_events`),
+    bytes of ``dumps(change) + b"\\n"`` for each change of :func:`library.serialize.change_events`),
     and how many there are.
 
     Raises:

@@ -1,0 +1,1 @@
+"""The library layer: what the daemon, the pipeline and the CLI share."""
