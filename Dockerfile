@@ -18,8 +18,9 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-# A C compiler for the optional extension protocol._rowimage (setup.py); it stays in this stage.
-# Without it the build still succeeds and binlogd uses its pure-Python row decoders.
+# A C compiler for the C extensions (setup.py: protocol._rowimage, protocol._skim, library._jsonrows,
+# library._sqlrows); it stays in this stage. BINLOGD_REQUIRE_C=1: a failed compile fails the image build,
+# so an image never ships the slower pure-Python fallbacks by accident.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
@@ -35,11 +36,11 @@ COPY binlogd/ binlogd/
 COPY cli/ cli/
 COPY pipeline/ pipeline/
 # The storage extra (fsspec, s3fs) serves the archive's [sink.upload]. Every dependency ships manylinux
-# wheels; only binlogd's own optional extension is compiled. pip and setuptools leave the venv once it
+# wheels; only binlogd's own extensions are compiled. pip and setuptools leave the venv once it
 # is built, and the bytecode is compiled now, since the root filesystem is read-only at run time.
 # hadolint ignore=DL3013
 RUN python -m venv /opt/binlogd \
- && /opt/binlogd/bin/pip install --no-compile ".[daemon,storage]" \
+ && BINLOGD_REQUIRE_C=1 /opt/binlogd/bin/pip install --no-compile ".[daemon,storage]" \
  && /opt/binlogd/bin/pip uninstall --yes pip setuptools \
  && python -m compileall -q /opt/binlogd/lib
 

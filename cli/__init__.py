@@ -34,8 +34,26 @@ def _datetime(text: str) -> int:
     return int((dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp())
 
 
+class StdoutClosed(Exception):
+    """Standard output was closed by its reader (``binlogd dump FILE | head``): not an input error, so not an
+    OSError that a command's input handling could take; main() ends the command quietly with exit 0."""
+
+
 def _out(data: bytes) -> None:
-    sys.stdout.buffer.write(data)
+    """Write ``data`` to standard output. Raises: StdoutClosed when the reader has gone (EPIPE)."""
+    try:
+        sys.stdout.buffer.write(data)
+    except BrokenPipeError as exc:
+        raise StdoutClosed() from exc
+
+
+def _utc(seconds: int | None) -> str:
+    """Unix seconds as ``YYYY-MM-DD HH:MM:SS+00:00`` (what --start-datetime and --stop-datetime take); '' for None."""
+    if seconds is None:
+        return ""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(" ")
 
 
 def _store_arguments(p) -> None:
@@ -72,9 +90,11 @@ def cmd_info(args) -> int:
             from binlogd.library.serialize import dumps
 
             _out(dumps(report) + b"\n")
-        else:
+        else:  # begin_time and end_time as UTC datetimes here; --json keeps unix seconds
             width = max(len(key) for key in report)
             for key, value in report.items():
+                if key in ("begin_time", "end_time"):
+                    value = _utc(value)
                 _out(f"{key:<{width}}  {'' if value is None else value}\n".encode())
             _out(b"\n")
     return status
@@ -93,10 +113,13 @@ def cmd_dump(args) -> int:
     except (BinlogError, OSError) as exc:
         _error(args.schema_history, exc)
         return EXIT_BAD_INPUT
-    for path in args.files:
+    last = len(args.files) - 1
+    for index, path in enumerate(args.files):
         name = os.path.basename(path)
+        start = args.start_position if index == 0 else None  # as mysqlbinlog: in the first file, and
+        stop = args.stop_position if index == last else None  # in the last one
         try:
-            for event in filetools.dump_events(path, args.start_position, args.stop_position, schema.lookup):
+            for event in filetools.dump_events(path, start, stop, schema.lookup):
                 schema.observe(event, name)
                 ts = event.header.timestamp
                 if args.stop_datetime is not None and ts >= args.stop_datetime and ts:
@@ -109,6 +132,9 @@ def cmd_dump(args) -> int:
                         _out(event_json(item, path, end) + b"\n")
                     else:
                         _out(format_event(item).encode("utf-8", "backslashreplace") + b"\n")
+        except filetools.StartPositionError as exc:
+            _error(path, exc)
+            return EXIT_USAGE
         except (BinlogError, OSError) as exc:
             sys.stdout.flush()
             _error(path, exc)
@@ -136,11 +162,23 @@ def cmd_run(args) -> int:
         print(f"binlogd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     log = setup_logging(config.log.format, config.log.level)
+    _say_missing_fast_paths(log.warning)
     _no_core_dumps(log)
     if "source.password" in (key.strip().lower() for key in overrides):
         log.warning("source.password was given with --set: other users can read it in the process list; "
                     "use source.password_file or BINLOGD_SOURCE__PASSWORD")
-    return asyncio.run(Daemon(config, log).run())
+    from binlogd.cli.signals import run_with_signals
+
+    return asyncio.run(run_with_signals(Daemon(config, log), log))
+
+
+def _say_missing_fast_paths(say) -> None:
+    """``say(line)`` once when a C extension failed to import (not when BINLOGD_PURE_PYTHON turned them off)."""
+    from binlogd.protocol.speedups import missing_message
+
+    line = missing_message()
+    if line:
+        say(line)
 
 
 def _no_core_dumps(log) -> None:
@@ -177,12 +215,64 @@ def build_parser(command: str | None = None):
     parser alone (building the others, and importing what they need, would be much of its start)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="binlogd", description="MySQL/MariaDB binlog decoder and CDC daemon")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="binlogd", description="MySQL/MariaDB binlog decoder and CDC daemon",
+                                     formatter_class=_help_formatter())
+    parser.add_argument("--version", action=_version_action(), help="print binlogd's version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_parser_class())
     for name, add in _PARSERS.items():
         if command == name or command not in _PARSERS:
             add(sub)
     return parser
+
+
+def _help_formatter():
+    """argparse's ArgumentDefaultsHelpFormatter, but silent where the default says nothing (None, False, an
+    empty list) or the help text already names it."""
+    import argparse
+
+    class Formatter(argparse.ArgumentDefaultsHelpFormatter):
+        def _get_help_string(self, action):
+            text = action.help or ""
+            if action.default in (None, False, [], argparse.SUPPRESS) or "default" in text:
+                return text
+            return super()._get_help_string(action)
+
+    return Formatter
+
+
+def _parser_class():
+    """The subcommands' parser class: an ArgumentParser whose help shows the defaults (see _help_formatter)."""
+    import argparse
+
+    formatter = _help_formatter()
+
+    class Parser(argparse.ArgumentParser):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("formatter_class", formatter)
+            super().__init__(*args, **kwargs)
+
+    return Parser
+
+
+def _version_action():
+    """``--version``: prints ``binlogd VERSION`` (the installed distribution's) and exits 0."""
+    import argparse
+
+    class Version(argparse.Action):
+        def __init__(self, option_strings, dest, help=None):
+            super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                text = version("binlogd")
+            except PackageNotFoundError:
+                text = "unknown (not installed)"
+            print(f"binlogd {text}")
+            parser.exit()
+
+    return Version
 
 
 def _info_parser(sub) -> None:
@@ -197,12 +287,17 @@ def _dump_parser(sub) -> None:
     p = sub.add_parser("dump", help="print decoded events")
     p.add_argument("files", nargs="+", help="binlog files, pipes or FIFOs; - is standard input")
     p.add_argument("--json", action="store_true", help="one JSON object per event")
-    p.add_argument("--start-position", type=int, help="first event offset (an event boundary)")
-    p.add_argument("--stop-position", type=int, help="stop before the event at or after this offset")
-    p.add_argument("--start-datetime", type=_datetime, help="skip events before this time (UTC)")
-    p.add_argument("--stop-datetime", type=_datetime, help="stop at the first event at or after this time (UTC)")
+    p.add_argument("--start-position", type=int,
+                   help="first event offset in the first file: an event boundary, else a usage error (exit 2) "
+                   "naming the nearest (default: the first event)")
+    p.add_argument("--stop-position", type=int,
+                   help="stop before the event at or after this offset in the last file (default: the end)")
+    p.add_argument("--start-datetime", type=_datetime, help="skip events before this time (UTC; default: none)")
+    p.add_argument("--stop-datetime", type=_datetime,
+                   help="stop at the first event at or after this time (UTC; default: none)")
     p.add_argument("--schema-history", metavar="FILE",
-                   help="a schema history (binlogd schema build, or the daemon's) naming columns before the files' DDL")
+                   help="a schema history (binlogd schema build, or the daemon's) naming columns before the files' DDL "
+                   "(default: none)")
     _store_arguments(p)
     p.set_defaults(func=cmd_dump)
 
@@ -277,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code. Ctrl-C at any point (imports included) exits 130 quietly."""
     whole_process, argv = argv is None, sys.argv[1:] if argv is None else argv
     try:
+        if argv[:1] == ["demo"] and whole_process:  # SIGTERM from here on exits through its cleanup (temp dirs)
+            from binlogd.cli.localserver import terminate_exits
+
+            terminate_exits()
         if argv[:1] not in (["info"], ["sql"]):  # info and sql import it when they need it
             orjson()
         if argv[:1] == ["spark"]:  # its own parser: binlogd spark index|changes|zip …
@@ -284,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return spark_main(argv[1:], prog="binlogd spark")
         args = _parse(argv, whole_process)
+        if argv[:1] in (["dump"], ["sql"]):  # run says it in its log
+            _say_missing_fast_paths(lambda line: print(f"binlogd: {line}", file=sys.stderr))
         return args.func(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -292,9 +393,22 @@ def main(argv: list[str] | None = None) -> int:
         # wrapped by Python as the cause of a RuntimeError.
         if isinstance(exc.__cause__, KeyboardInterrupt):
             return EXIT_INTERRUPTED
+        if isinstance(exc.__cause__, SystemExit):  # the same for SIGTERM's exit (terminate_exits)
+            raise exc.__cause__ from None
         raise
-    except BrokenPipeError:
+    except (StdoutClosed, BrokenPipeError):  # the reader of standard output has gone (`| head`): as head expects
+        _stdout_to_devnull()
         return EXIT_OK
+
+
+def _stdout_to_devnull() -> None:
+    """Point standard output at /dev/null, so that the interpreter's flush at exit finds no broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -48,6 +48,40 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+class StartPositionError(Exception):
+    """``--start-position`` is not an event boundary of the file (a usage error: exit 2).
+
+    Fields: ``start`` (the offset asked for), ``before`` (the start of the event that holds it, or of the
+    last event when it is past the end; None before the first event), ``after`` (the next event boundary;
+    None past the end of the file).
+    """
+
+    def __init__(self, start: int, before: int | None, after: int | None):
+        self.start, self.before, self.after = start, before, after
+        if before is None:
+            where = f"the first event starts at {after}"
+        elif after is None:
+            where = f"it is past the end of the events (the last one starts at {before})"
+        else:
+            where = f"the nearest are {before} (before) and {after} (after)"
+        super().__init__(f"--start-position {start} is not an event boundary: {where}")
+
+
+def _check_start(view: memoryview, start: int) -> None:
+    """Raise StartPositionError unless ``start`` is where an event of ``view`` starts, or its end.
+    Walks the headers' lengths up to ``start``; damage on the way is left to the decoder to report."""
+    pos, before, size = 4, None, len(view)
+    while pos < start and size - pos >= 13:  # room for a header (v1: 13 bytes; the length is at 9 in every version)
+        length = int.from_bytes(view[pos + 9:pos + 13], "little")
+        if length < 13 or pos + length > size:
+            return  # truncated or corrupt before ``start``: the decoder names it
+        before, pos = pos, pos + length
+    if pos > start:
+        raise StartPositionError(start, before, pos)
+    if pos < start and pos == size:
+        raise StartPositionError(start, before, None)
+
+
 def info(path: str | os.PathLike) -> BinlogInfo:
     """Describe one binlog file or object: :func:`measured_info` without the byte count."""
     return measured_info(path)[0]
@@ -104,9 +138,13 @@ def dump_events(path: str | os.PathLike, start_position: int | None = None,
     Raises:
         BinlogError: bad magic; input that ends inside the magic or an event, or holds only the
             magic; checksum or decode errors; each naming the offset.
+        StartPositionError: ``start_position`` is not an event boundary (naming the nearest ones); for a
+            stream, raised when the stream reaches it.
         OSError: the file cannot be opened or read.
     """
     decoder, start = Decoder(schema_source=schema_source), start_position or 4
+    if start < 4:
+        raise StartPositionError(start, None, 4)
     if storage.scheme(path):
         with storage.open_input(path, block_size=_CHUNK) as fh:
             yield from _stream(fh, os.fspath(path), decoder, start, stop_position)
@@ -120,25 +158,35 @@ def dump_events(path: str | os.PathLike, start_position: int | None = None,
     check_magic(view)
     if len(view) == 4:
         raise TruncatedError(ONLY_MAGIC, 4)
+    _check_start(view, start)
     yield from iter_events(view, decoder, start=start, stop=stop_position)
 
 
 def _stream(fh: BinaryIO, kind: str, decoder: Decoder, start: int, stop: int | None) -> Iterator[Event]:
     """The events of a stream, decoded as its bytes arrive; ``kind`` names it in messages."""
-    reader, total = EventReader(decoder), 0
+    reader, total, before = EventReader(decoder), 0, None
     while chunk := fh.read1(_CHUNK):
         total += len(chunk)
         reader.feed(chunk)
         while (event := reader.next_event()) is not None:
-            if stop is not None and event.header.pos >= stop:
+            pos = event.header.pos
+            if pos > start and (before is None or before < start):
+                raise StartPositionError(start, before, pos)
+            if stop is not None and pos >= stop:
                 return
-            if event.header.pos >= start:
+            if pos >= start:
                 yield event
+            before = pos
     if total == 0:
         raise TruncatedError(f"read 0 bytes from {kind}: no binlog magic", 0)
     reader.close()
     if total == 4:
         raise TruncatedError(ONLY_MAGIC, 4)
+    if before is not None and before < start < total:
+        raise StartPositionError(start, before, total)
+    if start > total >= 4:
+        raise StartPositionError(start, before, None)
 
 
-__all__ = ["STDIN", "BinlogInfo", "BinlogError", "dump_events", "info", "mapped", "measured_info"]
+__all__ = ["STDIN", "BinlogInfo", "BinlogError", "StartPositionError", "dump_events", "info", "mapped",
+           "measured_info"]

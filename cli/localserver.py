@@ -15,10 +15,17 @@ server, so a start costs about a second.
 The server binary is the machine's (chosen by :mod:`binlogd.cli.serverbins`) unless ``binaries=`` names
 another installation, e.g. ``ServerBinaries.from_root(path)`` for a server unpacked from packages.
 Failures raise :class:`binlogd.cli.serverbins.ServerSetupError` (a BinlogError and a RuntimeError).
+
+A temp basedir never outlives the process that made it: it is registered the moment it is created (with
+SIGINT and SIGTERM held back meanwhile), removed by ``cleanup()``, and otherwise at interpreter exit, after
+its server is killed. Commands that run servers (``binlogd demo``, ``python -m binlogd.cli.localserver``)
+turn SIGTERM into an exit (:func:`terminate_exits`) so that this happens on SIGTERM too.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -27,14 +34,15 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from binlogd.cli._children import forget, spawn
 from binlogd.cli.serverbins import ServerBinaries, ServerSetupError, require_binaries
 
-__all__ = ["LocalServer", "free_port"]
+__all__ = ["LocalServer", "free_port", "signals_held", "terminate_exits"]
 
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
@@ -70,6 +78,48 @@ _SETUP_SQL = (
     f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{REPL_USER}'@'127.0.0.1'",
     "FLUSH PRIVILEGES",
 )
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (blocked) inside the block and delivered when it ends: for steps that
+    must not be cut in two, such as creating a temp dir and registering it, or removing it."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def terminate_exits() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in the main thread (instead of killing the process outright), so
+    that ``finally`` blocks and exit handlers, which remove the servers' temp dirs, run. A no-op elsewhere."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def exit_143(signum, frame):
+        raise SystemExit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, exit_143)
+
+
+#: LocalServers whose temp basedir exists; each is removed by cleanup(), or at exit by _remove_leftovers.
+_owned: set[LocalServer] = set()
+_owned_lock = threading.Lock()
+
+
+@atexit.register  # registered after _children's: runs before it (exit handlers run last first)
+def _remove_leftovers() -> None:
+    with _owned_lock:
+        servers = list(_owned)
+    for server in servers:
+        with signals_held():
+            try:
+                server.kill()
+                server.cleanup()
+            except Exception:  # at exit: remove what can be removed
+                shutil.rmtree(server.basedir, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -295,7 +345,15 @@ class LocalServer:
         binaries: ServerBinaries | None = None,
     ) -> None:
         self._own_basedir = basedir is None
-        self.basedir = Path(tempfile.mkdtemp(prefix="binlogd-srv-")) if basedir is None else Path(basedir).resolve()
+        self._proc: subprocess.Popen | None = None
+        self._socket_dir: Path | None = None
+        if basedir is None:
+            with signals_held():  # no Ctrl-C between creating the dir and registering it
+                self.basedir = Path(tempfile.mkdtemp(prefix="binlogd-srv-"))
+                with _owned_lock:
+                    _owned.add(self)
+        else:
+            self.basedir = Path(basedir).resolve()
         self._fixed_port = port is not None
         self.port: int = port if port is not None else free_port()
         self.extra_args = list(extra_args)
@@ -304,9 +362,9 @@ class LocalServer:
         self.binlog_dir = self.basedir / "binlog"
         self.error_log = self.basedir / "error.log"
         self.pid_file = self.basedir / "mysqld.pid"
-        self.socket, self._socket_dir = _short_socket_path(self.basedir / "mysqld.sock")
+        with signals_held():  # a temp dir when the path is too long: made and recorded together
+            self.socket, self._socket_dir = _short_socket_path(self.basedir / "mysqld.sock")
         self._bins = binaries
-        self._proc: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
 
     # -- identity
@@ -500,11 +558,15 @@ class LocalServer:
             shutil.rmtree(self.basedir, ignore_errors=True)
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
+        if self._own_basedir and not self.basedir.exists():
+            with signals_held(), _owned_lock:  # never interrupted holding the lock the exit handler takes
+                _owned.discard(self)
 
     def __enter__(self) -> "LocalServer":
         try:
             return self.start()
-        except BaseException:
+        except BaseException:  # a failed or interrupted start: nothing worth a clean shutdown
+            self.kill()
             self.cleanup()
             raise
 
@@ -555,16 +617,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, help="run the server unpacked (dpkg -x) into this directory")
     ap.add_argument("extra", nargs="*", help="extra server options (after --)")
     ns = ap.parse_args(argv)
+    terminate_exits()  # SIGTERM: exit 143 through the with block, which removes the temp dir
     bins = ServerBinaries.from_root(ns.root) if ns.root else None
-    with LocalServer(basedir=ns.basedir, port=ns.port, extra_args=ns.extra, binaries=bins) as srv:
-        print(f"{srv.flavor} {srv.version} on {srv.host}:{srv.port} (socket {srv.socket}), "
-              f"binlogs in {srv.binlog_dir}; started in {srv.startup_seconds:.2f}s; Ctrl-C stops it",
-              flush=True)
-        try:
-            while srv.running:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
+    try:
+        with LocalServer(basedir=ns.basedir, port=ns.port, extra_args=ns.extra, binaries=bins) as srv:
+            print(f"{srv.flavor} {srv.version} on {srv.host}:{srv.port} (socket {srv.socket}), "
+                  f"binlogs in {srv.binlog_dir}; started in {srv.startup_seconds:.2f}s; Ctrl-C stops it",
+                  flush=True)
+            try:
+                while srv.running:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+    except KeyboardInterrupt:  # while it started: stopped and removed on the way out
+        return 130
     return 0
 
 

@@ -1,10 +1,11 @@
 """Command-line side of the schema history: ``binlogd schema build`` and the tracker ``binlogd dump`` uses.
 
 ``binlogd schema build FILE… --out HISTORY [--seed SQL]`` reads binlog files in order, follows their
-DDL and writes the history they describe (``--seed``: a file of ``SHOW CREATE TABLE`` /
+DDL and writes the history they describe. ``--seed``: a file of ``SHOW CREATE TABLE`` /
 ``CREATE DATABASE`` statements, ``USE db;`` allowed, describing the tables as they were before the
-first file). Exit codes: 0 written; 1 bad input (a binlog, the seed or a history that cannot be read,
-naming it); 2 usage.
+first file. ``--out -`` is standard output; a path is written by :func:`binlogd.library.atomicfile.replace`,
+which follows symlinks and never replaces a special file. Exit codes: 0 written; 1 bad input (a binlog,
+the seed or a history that cannot be read, or an output that cannot be written, naming it); 2 usage.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import mmap
 import os
 import sys
 
+from binlogd.library import atomicfile
 from binlogd.library.schema.changes import Unparsed
-from binlogd.library.schema.history import Entry, SchemaHistoryError, SchemaTracker, read_history
+from binlogd.library.schema.history import Entry, SchemaHistoryError, SchemaTracker, load_history
 from binlogd.library.schema.readddl import read_ddl
 from binlogd.library.schema.sqltext import expand_comments, split_statements
 from binlogd.protocol.decoder import Decoder
@@ -31,12 +33,27 @@ def _warn(message: str) -> None:
 
 def dump_tracker(history: str | None, first_file: str, start: int | None) -> SchemaTracker:
     """The tracker ``binlogd dump`` names columns with: empty, or a saved history applied up to the
-    first file's start position (its later entries are applied as the dump reaches them).
+    first file's start position (its later entries are applied as the dump reaches them). A history that
+    records its source must be the files' server's (each file's FORMAT_DESCRIPTION: flavour, server_id;
+    its base name); its positions are then those of that server's epoch.
 
     Raises:
-        SchemaHistoryError, OSError: the history cannot be read.
+        SchemaHistoryError: the history cannot be read, or it belongs to another source (naming both).
+        OSError: the history cannot be read.
     """
-    tracker = SchemaTracker(read_history(history) if history else (), warn=_warn)
+    if not history:
+        tracker = SchemaTracker(warn=_warn)
+    else:
+        from binlogd.library.schema.identity import HEAD_BYTES, file_identity
+
+        sources, entries = load_history(history)
+        tracker = SchemaTracker(entries, warn=_warn, sources=sources, name=history)
+        from binlogd.library import storage
+
+        # a pipe or standard input is not read twice: it is checked at its FORMAT_DESCRIPTION
+        if sources and (storage.is_remote(first_file) or os.path.isfile(first_file)):
+            with storage.open_input(first_file) as fh:
+                tracker.bind(file_identity(fh.read(HEAD_BYTES), os.path.basename(first_file)))
     tracker.start_at(os.path.basename(first_file), start or 4)
     return tracker
 
@@ -96,19 +113,22 @@ def cmd_schema(args) -> int:
         message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"binlogd: {where}: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    out = args.out
-    tmp = f"{out}.tmp"
+    data = b"".join(e.to_json() for e in entries)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(b"".join(e.to_json() for e in entries))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
+        if args.out == "-":
+            for at in range(0, len(data), 1 << 16):  # a pipe closed early fails the next write, not a huge one
+                sys.stdout.buffer.write(data[at:at + (1 << 16)])
+            sys.stdout.buffer.flush()
+        else:
+            atomicfile.replace(args.out, data)
+    except BrokenPipeError:
+        raise  # standard output's reader has gone (--out /dev/stdout | head): main() ends quietly
     except OSError as exc:
         print(f"binlogd: {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     tables = {(e.schema, e.table) for e in entries if e.table is not None}
-    print(f"binlogd: {len(entries)} entries for {len(tables)} tables written to {args.out}", file=sys.stderr)
+    where = "standard output" if args.out == "-" else args.out
+    print(f"binlogd: {len(entries)} entries for {len(tables)} tables written to {where}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -119,6 +139,10 @@ def add_parser(sub) -> None:
     b = schema_sub.add_parser("build", help="build a schema history from binlog files (their DDL)",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("files", nargs="+", help="binlog files, oldest first")
-    b.add_argument("--out", required=True, help="the history file to write (JSON lines)")
+    b.add_argument("--out", required=True, metavar="FILE",
+                   help="the history file to write (JSON lines), replaced atomically (a temp file beside it, then a "
+                   "rename); - is standard output. A symlink is followed: its target is replaced and the link "
+                   "stays. A FIFO or a device (/dev/stdout) is written to, never replaced. A directory, a socket "
+                   "or a block device is refused (exit 1)")
     b.add_argument("--seed", help="SQL file of SHOW CREATE TABLE statements: the tables before the first file")
     b.set_defaults(func=cmd_schema)

@@ -15,6 +15,7 @@ import time
 from dataclasses import field
 from pathlib import Path
 
+from binlogd.library import atomicfile
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.position import Position
@@ -38,6 +39,8 @@ class ResumeState:
         source: facts about the primary: flavor, server_id, server_uuid.
         skip_before: unix time while a ``datetime:`` start has not reached its first transaction (rows of
             earlier transactions are not delivered), else None.
+        snapshot: an unfinished initial snapshot's state (:mod:`.snapshot`), else None.
+        incremental: a running incremental snapshot's state (:mod:`.incremental`), else None.
     """
 
     position: Position
@@ -45,6 +48,8 @@ class ResumeState:
     sink: dict | None = None
     source: dict = field(default_factory=dict)
     skip_before: float | None = None
+    snapshot: dict | None = None
+    incremental: dict | None = None
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint) -> ResumeState:
@@ -52,14 +57,16 @@ class ResumeState:
         source = dict(checkpoint.source)
         by_gtid = source.pop("resume", "file") == "gtid"
         skip_before = source.pop("skip_before", None)
-        return cls(checkpoint.position, by_gtid, dict(checkpoint.sink), source, skip_before)
+        return cls(checkpoint.position, by_gtid, dict(checkpoint.sink), source, skip_before, checkpoint.snapshot,
+                   checkpoint.incremental)
 
     def checkpoint(self) -> Checkpoint:
         """The checkpoint that records this state."""
         source = {**self.source, "resume": "gtid" if self.by_gtid else "file"}
         if self.skip_before is not None:
             source["skip_before"] = self.skip_before
-        return Checkpoint(self.position, dict(self.sink or {}), source)
+        return Checkpoint(self.position, dict(self.sink or {}), source, snapshot=self.snapshot,
+                          incremental=self.incremental)
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -128,22 +135,15 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint {self.path} is not valid: {exc}") from exc
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Atomically replace the checkpoint (temp file, fsync, rename, fsync directory).
+        """Atomically replace the checkpoint (temp file, fsync, rename, fsync directory), by
+        :func:`binlogd.library.atomicfile.replace`: a symlinked path replaces the link's target.
 
         Raises:
             CheckpointError: on any I/O failure; the previous checkpoint is then intact.
         """
         checkpoint.saved_at = time.time()
         body = checkpoint.to_bytes()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, body)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            fsync_dir(self.path.parent)
+            atomicfile.replace(self.path, body)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc.strerror}") from exc

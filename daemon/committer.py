@@ -66,6 +66,7 @@ class Committer:
             SinkError: nothing was handed on.
         """
         self._flushed = Flushed(replace(resume, sink=self.sink.flush()))
+        self.sink.flushed(self._flushed.resume.checkpoint())
         return self._flushed
 
     def sync(self, token: Flushed) -> None:
@@ -99,9 +100,9 @@ class Committer:
         while self._running is not None:
             job = self._running
             try:
-                await job
+                await asyncio.shield(job)  # a cancelled caller leaves the sync running: drain() still waits for it
             except BaseException:
-                if self._running is job:
+                if job.done() and self._running is job:
                     self._running = self._waiting = None
                 raise
             if self._running is job:  # done, but its callback (_ended) has not run yet

@@ -235,25 +235,83 @@ class UploadConfig(_Section):
 
 
 @record
+class RedisSinkConfig(_Section):
+    """``[sink.redis]`` (README, "Message buses"). Fields: url (``redis://[:password@]host:port/db``); stream
+    (stream name template, ``{schema}`` and ``{table}`` filled in); checkpoint_key (the key holding the checkpoint,
+    written in the same MULTI/EXEC as the entries); max_change_bytes (a bigger change stops the daemon, exit 7)."""
+
+    SECTION: ClassVar[str] = "sink.redis"
+    url: str = "redis://127.0.0.1:6379/0"
+    stream: str = _f("binlogd:{schema}.{table}", nonempty=True)
+    checkpoint_key: str = _f("binlogd:checkpoint:binlogd", nonempty=True)
+    max_change_bytes: int = _f(512 << 20, lo=1, hi=512 << 20)
+
+
+@record
+class NatsSinkConfig(_Section):
+    """``[sink.nats]`` (README, "Message buses"). Fields: url (``nats://[user:password@]host:port``); stream (the
+    JetStream stream, created with file storage when missing); subject (template, ``{schema}``/``{table}`` filled
+    in; the stream's subjects are its literal prefix + ``>``)."""
+
+    SECTION: ClassVar[str] = "sink.nats"
+    url: str = "nats://127.0.0.1:4222"
+    stream: str = _f("BINLOGD", nonempty=True)
+    subject: str = _f("binlogd.{schema}.{table}", nonempty=True)
+
+    def _check(self) -> None:
+        prefix = self.subject.split("{", 1)[0]
+        if not prefix.endswith(".") or "*" in prefix or ">" in prefix:
+            raise ConfigError("sink.nats.subject", f"must start with literal tokens then '.', like "
+                                                   f"'binlogd.{{schema}}.{{table}}', got {self.subject!r}")
+
+
+@record
+class PostgresSinkConfig(_Section):
+    """``[sink.postgres]`` (README, "Message buses"). Fields: url (``postgresql://user[:password]@host:port/db``);
+    table (created when missing, with ``<table>_checkpoint`` beside it; ``schema.table`` allowed);
+    max_change_bytes (a bigger change stops the daemon, exit 7)."""
+
+    SECTION: ClassVar[str] = "sink.postgres"
+    url: str = "postgresql://binlogd@127.0.0.1:5432/binlogd"
+    table: str = _f("binlogd_changes", nonempty=True)
+    max_change_bytes: int = _f(255 << 20, lo=1, hi=255 << 20)
+
+    def _check(self) -> None:
+        if not re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]{0,48}", self.table):
+            raise ConfigError("sink.postgres.table", f"must be [schema.]name of letters, digits and _, "
+                                                     f"got {self.table!r}")
+
+
+@record
 class SinkConfig(_Section):
     """``[sink]``. Fields: kind (jsonl, archive, stdout); path (output directory for jsonl/archive);
     max_file_bytes, max_file_seconds (rotate jsonl files; 0: no limit); fsync (before the checkpoint moves);
-    upload (:class:`UploadConfig`, archive only)."""
+    format (change events as ``binlogd`` writes them or in Debezium's envelope, ``debezium``; not for archive);
+    server_name (Debezium's ``source.name``, the logical server name); upload (:class:`UploadConfig`, archive only);
+    redis, nats, postgres (the bus sinks' subsections)."""
 
     SECTION: ClassVar[str] = "sink"
-    kind: str = _f("jsonl", choices=("jsonl", "archive", "stdout"))
+    kind: str = _f("jsonl", choices=("jsonl", "archive", "stdout", "redis", "nats", "postgres"))
     path: str = "/var/lib/binlogd/changes"
     max_file_bytes: int = _f(256 * 1024 * 1024, lo=0, hi=2**63 - 1)
     max_file_seconds: float = _f(3600.0, lo=0.0)
     fsync: bool = True
+    format: str = _f("binlogd", choices=("binlogd", "debezium"))
+    server_name: str = _f("binlogd", nonempty=True)
     upload: UploadConfig = field(default_factory=UploadConfig)
+    redis: RedisSinkConfig = field(default_factory=RedisSinkConfig)
+    nats: NatsSinkConfig = field(default_factory=NatsSinkConfig)
+    postgres: PostgresSinkConfig = field(default_factory=PostgresSinkConfig)
 
     def _check(self) -> None:
-        if self.kind != "stdout" and not self.path.strip():
+        if self.kind not in ("stdout", "redis", "nats", "postgres") and not self.path.strip():
             raise ConfigError("sink.path", f"must be a directory for kind {self.kind!r}, got ''")
         if self.upload.url and self.kind != "archive":
             raise ConfigError("sink.upload.url", f"uploads closed archive files: needs sink.kind 'archive', "
                                                  f"not {self.kind!r}")
+        if self.format != "binlogd" and self.kind == "archive":
+            raise ConfigError("sink.format", f"{self.format!r} formats change events; the archive sink keeps the "
+                                             "binlog events themselves (set it with a change-event sink kind)")
 
 
 @record
@@ -303,11 +361,29 @@ class SchemaConfig(_Section):
     """``[schema]``. Fields: source — where column names come from when TABLE_MAP lacks them: ``auto``
     (TABLE_MAP metadata when present, else the schema history, seeded and repaired from the server),
     ``information_schema`` (the same), ``none`` (positional, no history); history_path — the schema
-    history file (``""``: ``schema-history.jsonl`` in the checkpoint's directory)."""
+    history file (``""``: ``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint; one source's, locked)."""
 
     SECTION: ClassVar[str] = "schema"
     source: str = _f("auto", choices=("auto", "information_schema", "none"))
     history_path: str = ""
+
+
+@record
+class SnapshotConfig(_Section):
+    """``[snapshot]`` (README "Snapshots"). Fields: mode (``never``; ``initial``: on a start with no checkpoint,
+    read the tables ``[filters]`` selects, then stream from the position they are consistent with);
+    chunk_rows (rows per chunk, each committed like a transaction); signal_table (``db.table`` of a
+    Debezium-style signal table for incremental snapshots, ``""``: none)."""
+
+    SECTION: ClassVar[str] = "snapshot"
+    mode: str = _f("never", choices=("never", "initial"))
+    chunk_rows: int = _f(10000, lo=1, hi=10**7)
+    signal_table: str = ""
+
+    def _check(self) -> None:
+        parts = self.signal_table.split(".")
+        if self.signal_table and (len(parts) != 2 or not all(p.strip() and p == p.strip() for p in parts)):
+            raise ConfigError("snapshot.signal_table", f"must be 'database.table' or '', got {self.signal_table!r}")
 
 
 @record
@@ -383,6 +459,7 @@ class Config:
     sink: SinkConfig = field(default_factory=SinkConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
     schema: SchemaConfig = field(default_factory=SchemaConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -56,6 +56,8 @@ class Consumer:
         tracker: the live position and the last committed boundary.
         skip_before: unix time of a ``datetime:`` start not reached yet (rows before it are dropped), or None.
         last_pass: monotonic time of the loop's last pass (systemd's watchdog checks it).
+        incremental: the session's :class:`~binlogd.daemon.incremental.Incremental` (set by the daemon with
+            ``[snapshot] signal_table``), else None.
     """
 
     def __init__(self, config, resume: ResumeState, decoder: Decoder, sink: Sink, committer: Committer,
@@ -70,6 +72,7 @@ class Consumer:
         self._dirty = False            # anything written since the last commit
         self._last_commit = time.monotonic()
         self._bytes_since_commit = 0
+        self.incremental = None
 
     async def run(self, session: Session) -> None:
         """Take the session's events until it fails (raised) or the daemon stops (at a boundary, or
@@ -95,6 +98,8 @@ class Consumer:
                     break
             batch = await session.get(_IDLE_POLL)
             if batch is None:
+                if self.incremental is not None and not tracker.in_transaction:
+                    await self.incremental.at_boundary(self)
                 if self._dirty and not tracker.in_transaction:
                     await self.commit()
                 continue
@@ -108,6 +113,8 @@ class Consumer:
                         break
                 await self._handle(batch[index])
                 index += 1
+                if self.incremental is not None and self.incremental.state is not None and not tracker.in_transaction:
+                    await self.incremental.at_boundary(self)
                 if not tracker.in_transaction and self._dirty and self.commit_due(index == end and session.idle):
                     await self.commit(wait=False)
         if self._dirty and not tracker.in_transaction:
@@ -128,7 +135,9 @@ class Consumer:
         Raises:
             SinkError, CheckpointError: the flush failed, or (``wait``) a sync or save did.
         """
-        resume = ResumeState(self.tracker.committed, self.resume.by_gtid, None, self.resume.source, self.skip_before)
+        resume = ResumeState(self.tracker.committed, self.resume.by_gtid, None, self.resume.source, self.skip_before,
+                             self.resume.snapshot,  # an unfinished snapshot (only a stop leaves one) is kept
+                             self.incremental.saved() if self.incremental is not None else self.resume.incremental)
         token = self.committer.flush(resume)
         self._uncommitted, self._dirty, self._last_commit, self._bytes_since_commit = 0, False, time.monotonic(), 0
         self.committer.sync(token)
@@ -192,6 +201,8 @@ class Consumer:
 
     def _rows(self, event: E.RowsEvent) -> None:
         """The row changes of one rows event that pass the filters and the datetime start, to the sink."""
+        if self.incremental is not None:  # signals and the chunk's keys, whatever the filters select
+            self.incremental.observe(event)
         f = self.cfg.filters
         if not f.table_selected(event.schema, event.table) or not f.event_selected(event.header.type_name):
             return

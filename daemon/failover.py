@@ -7,8 +7,9 @@ Two halves, kept apart:
   use; :func:`give_up` says when looking further is pointless; :func:`no_source` writes the exit message.
 - The probe (:func:`probe`): connect to one server and collect its :class:`Facts` by SQL and, on MariaDB, a
   GTID dump under strict semantics that is closed after its first packet.
-- :class:`Failover`, the daemon's side: which server each session uses (the current one is retried
-  :data:`RETRIES` times after a loss, then every host is probed and the best usable one taken), the
+- :class:`OneHost` and :class:`Failover`, the daemon's side (:func:`hosts_for` makes the one that fits): which
+  server each session uses. One host is always used, never probed. With several, the current one is retried
+  :data:`RETRIES` times after a loss, then every host is probed and the best usable one taken; the
   "failover from A to B at GTID …" line and metric, and the watch that leaves a source that turned read-only
   and stopped advancing for a writable one.
 
@@ -37,6 +38,7 @@ from binlogd.protocol.gtid import MariadbGtid, MariadbGtidList, MysqlGtidSet
 from binlogd.protocol.position import Position
 
 from .metrics import Metrics
+from .tasks import close_tasks
 
 USABLE, UNREACHABLE, REFUSED, DIVERGED, PURGED = "usable", "unreachable", "refused", "diverged", "purged"
 RETRIES = 2  # attempts on the source just lost before the other hosts are probed too
@@ -257,6 +259,58 @@ def _one_line(text) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the daemon's side
+def hosts_for(source, log: logging.Logger, metrics: Metrics, last_host: str | None = None) -> OneHost | Failover:
+    """The daemon's choice of server for ``source``: :class:`OneHost` for one endpoint, else :class:`Failover`
+    (``last_host``: the ``host:port`` the checkpoint names as the last source, or None)."""
+    if len(source.endpoints) == 1:
+        return OneHost(source)
+    return Failover(source, log, metrics, last_host)
+
+
+class OneHost:
+    """The failover of one host: every session streams from it, without a probe; what it refuses keeps its own
+    meaning (ERR 1236 stays fatal, exit 5), and its sessions may resume by binlog file and position.
+
+    The same steps as :class:`Failover`'s, for :meth:`Daemon._session <binlogd.daemon.service.Daemon._session>`.
+
+    Args:
+        source: the :class:`daemon.config.SourceConfig`.
+    Fields:
+        current: ``host:port`` of the host.
+        by_gtid: False (a resume keeps the checkpoint's own kind).
+    """
+
+    by_gtid = False
+
+    def __init__(self, source):
+        self.source = source
+        self.current = f"{source.host}:{source.port}"
+
+    def config(self, endpoint: str):
+        """The SourceConfig of the host (``endpoint`` is always :attr:`current`)."""
+        return self.source
+
+    def delivered(self, durable) -> Position | None:
+        """None: one host is never probed, so nothing is checked against it."""
+        return None
+
+    async def pick(self, delivered: Position | None) -> Verdict:
+        """The host itself (nothing is asked: the session's connect says whether it can serve)."""
+        return Verdict(self.current, USABLE, "the only host", writable=True)
+
+    def refused(self, endpoint: str, error: SourceError) -> SourceError:
+        """A dump refused with ERR 1236: ``error`` itself (no other host can serve it)."""
+        return error
+
+    def streaming(self, endpoint: str, position: Position) -> bool:
+        """False: the source never changes (the first commit already names it)."""
+        return False
+
+    async def run(self, consumer, session, stopping: asyncio.Event, ending: asyncio.Event) -> None:
+        """``consumer.run(session)``: until it fails (raised) or ``ending`` (the consumer's stop event) is set."""
+        await consumer.run(session)
+
+
 class Failover:
     """Which of ``source.hosts`` each session streams from.
 
@@ -266,7 +320,11 @@ class Failover:
         last_host: the ``host:port`` the checkpoint names as the last source (None: none, or not a host now).
     Fields:
         current: ``host:port`` of the source streamed from last (None before the first session).
+        by_gtid: True: positions differ between servers, so every session resumes by GTID (a MariaDB without
+            any GTID yet too).
     """
+
+    by_gtid = True
 
     def __init__(self, source, log: logging.Logger, metrics: Metrics, last_host: str | None = None):
         self.source, self.log, self.metrics = source, log, metrics
@@ -379,8 +437,7 @@ class Failover:
                 raise
             raise self.refused(self.current, exc) from None
         finally:
-            watch.cancel()
-            await asyncio.gather(watch, return_exceptions=True)
+            await close_tasks(watch)
         if not stopping.is_set():
             raise SourceError("read_only", f"source {self.current} turned read-only and stopped advancing")
 

@@ -76,6 +76,13 @@ _METRICS = (
     (_COUNTER, "upload_bytes", "binlogd_upload_bytes_total", "Bytes of archive files uploaded and verified", ()),
     (_COUNTER, "upload_errors", "binlogd_upload_errors_total",
      "Failed uploads or verifications of archive files (each retried)", ()),
+    (_COUNTER, "snapshot_rows", "binlogd_snapshot_rows_total", "Rows read by the snapshot, by schema.table",
+     ("table",)),
+    (_GAUGE, "snapshot_chunks_done", "binlogd_snapshot_chunks_done", "Snapshot chunks committed, by schema.table",
+     ("table",)),
+    (_GAUGE, "snapshot_chunks_total", "binlogd_snapshot_chunks_total",
+     "Snapshot chunks of a table, estimated from information_schema's row count / chunk_rows", ("table",)),
+    (_GAUGE, "snapshot_state", "binlogd_snapshot_state", "Snapshot: 0 none, 1 running, 2 done", ()),
 )
 
 
@@ -279,6 +286,18 @@ class Metrics:
         """Set the server streamed from (``host:port``): its ``binlogd_source_info`` series is 1, the previous
         source's series is removed."""
         self._series["source_info"] = {(host, str(server_id), server_uuid, version): 1}
+
+    def snapshot_state(self, state: int) -> None:
+        """Set the snapshot's state: 0 none, 1 running, 2 done."""
+        self._series["snapshot_state"][()] = state
+
+    def snapshot_chunk(self, table: str, rows: int, done: int, total: int) -> None:
+        """One snapshot chunk of ``table`` (``schema.table``) committed: ``rows`` more rows read, ``done`` chunks
+        of an estimated ``total``."""
+        counts = self._counts["snapshot_rows"]
+        counts[(table,)] = counts.get((table,), 0) + rows
+        self._series["snapshot_chunks_done"][(table,)] = done
+        self._series["snapshot_chunks_total"][(table,)] = max(total, done)
 
     def failover(self) -> None:
         """Count one switch to another source server."""

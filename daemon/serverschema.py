@@ -15,8 +15,16 @@ consumer hands it every event (:meth:`DaemonSchema.follow`):
   TABLE_MAP and no DDL naming the table was logged since (``SHOW BINLOG EVENTS``), else the columns
   stay positional and ``binlogd_schema_mismatch_total{schema,table}`` counts it.
 
-Each session starts from the history file at its resume position (:meth:`DaemonSchema.open`), so a
-reconnect or a restart after SIGKILL sees the definitions as they were at the checkpoint. A seed's
+Each session starts from the history file at its resume position (:meth:`DaemonSchema.attach`), so a
+reconnect or a restart after SIGKILL sees the definitions as they were at the checkpoint.
+
+The history is one source's (:mod:`binlogd.library.schema.identity`): :meth:`DaemonSchema.attach` records the
+session's server in its first line, refuses (exit 8) a history of another source, and, when the session's
+server is another of the same replication stream (a GTID failover), writes a re-anchor: a new ``source`` line
+and the tables' definitions as the new server holds them (checked against the DDL it logged since the resume
+GTID), after which entries use the new server's positions. The file is locked (``<history>.lock``) while the
+daemon runs. Its default path is ``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint; an older
+daemon's ``schema-history.jsonl`` there is adopted once when it is provably this source's (:meth:`_migrate`). A seed's
 tables that no DDL logged between its position and the server's current position names are valid from
 its position; the others only from that current position (before it they are named by the stream's own
 DDL, or positional), and those DDL named while the seed read the definitions not at all.
@@ -25,7 +33,8 @@ DDL, or positional), and those DDL named while the seed read the definitions not
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import time
+from pathlib import Path, PosixPath
 
 from binlogd.library.schema import (
     Entry,
@@ -34,16 +43,16 @@ from binlogd.library.schema import (
     SchemaTracker,
     TableDef,
     agrees,
-    read_history,
 )
-from binlogd.library.schema.catalog import Catalog
-from binlogd.library.schema.history import position_key
+from binlogd.library.schema.catalog import DROPPED, UNKNOWN, Catalog
+from binlogd.library.schema.history import SchemaHistoryLocked, load_history, position_key
+from binlogd.library.schema.identity import Source, basename, same_server, stream_holds
 from binlogd.library.schema.model import charset_name
 from binlogd.library.schema.readddl import read_ddl
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
 
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, fsync_dir
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 SCAN_LIMIT = 200_000     # binlog events SHOW BINLOG EVENTS may list to prove no DDL named a table
@@ -68,9 +77,20 @@ def _server_errors() -> tuple:
     return pymysql.err.Error, OSError
 
 
+LEGACY_NAME = "schema-history.jsonl"   # the default path before histories were named after their checkpoint
+
+
+class DefaultHistoryPath(PosixPath):
+    """A history path that is the default one (not configured): an older default beside it may be adopted."""
+
+
 def history_path(configured: str, checkpoint_path: str) -> Path:
-    """``[schema] history_path``, or ``schema-history.jsonl`` in the checkpoint's directory when empty."""
-    return Path(configured) if configured else Path(checkpoint_path).parent / "schema-history.jsonl"
+    """``[schema] history_path``, or ``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint when empty
+    (a :class:`DefaultHistoryPath`): two daemons with different checkpoints never share a history."""
+    if configured:
+        return Path(configured)
+    checkpoint = Path(checkpoint_path)
+    return DefaultHistoryPath(checkpoint.parent / f"{checkpoint.stem}.schema-history.jsonl")
 
 
 def _split_use(info: str) -> tuple[str, str]:
@@ -87,11 +107,21 @@ class ServerSchema:
 
     Args:
         connect: an async callable returning a fresh aiomysql connection.
+    Fields:
+        answered: monotonic time of the server's last answer (the daemon's watchdog counts a seed's queries as
+            progress).
     """
 
     def __init__(self, connect):
         self._connect = connect
         self._conn = None
+        self.answered = 0.0
+
+    async def reconnect(self, connect) -> None:
+        """Ask the server ``connect`` reaches from now on (the daemon's current source, at every session):
+        the connection open now is closed."""
+        await self.close()
+        self._connect = connect
 
     async def _query(self, sql: str, args=None) -> list[tuple]:
         """Run one query (reconnecting once after a lost connection).
@@ -108,7 +138,9 @@ class ServerSchema:
                     self._conn = await self._connect()
                 async with self._conn.cursor() as cur:
                     await cur.execute(sql, args)
-                    return list(await cur.fetchall())
+                    rows = list(await cur.fetchall())
+                self.answered = time.monotonic()
+                return rows
             except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError):
                 self._conn = None
                 if attempt == 2:
@@ -193,10 +225,84 @@ class ServerSchema:
                 start, skip = int(rows[-1][1]), 1
         return names
 
+    async def stream_facts(self, flavor: str) -> tuple[str, str]:
+        """(the current binlog file's name, the server's GTID state): MariaDB ``@@gtid_binlog_state`` and
+        ``@@gtid_slave_pos`` (comma-joined), MySQL ``@@gtid_executed``.
+
+        Raises:
+            pymysql.err.Error, OSError: the server refused a query or the connection was lost.
+        """
+        file, _ = await self.position()
+        if flavor == "mariadb":
+            rows = await self._query("SELECT @@global.gtid_binlog_state, @@global.gtid_slave_pos")
+            state = ",".join(str(v) for v in rows[0] if v)
+        else:
+            state = str((await self._query("SELECT @@global.gtid_executed"))[0][0] or "")
+        return file, state.replace("\n", "")
+
+    async def gtid_file(self, flavor: str, gtids: str) -> str | None:
+        """The newest binlog file that starts at or before the GTID position ``gtids`` (a stream resuming there
+        reads from that file on), by each file's Gtid_list (MariaDB) or Previous_gtids (MySQL) event; None
+        when no file does, or ``gtids`` is empty.
+
+        Raises:
+            pymysql.err.Error, OSError: the server refused a query or the connection was lost.
+        """
+        if not gtids:
+            return None
+        files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
+        for name in reversed(files):
+            for row in await self._query("SHOW BINLOG EVENTS IN %s LIMIT 4", (name,)):
+                kind, info = str(row[2]), str(row[5] or "")
+                if kind == "Gtid_list":
+                    if _mariadb_at_or_before(info.strip("[] "), gtids):
+                        return name
+                    break
+                if kind == "Previous_gtids":
+                    if int((await self._query("SELECT GTID_SUBSET(%s, %s)", (info, gtids)))[0][0]):
+                        return name
+                    break
+        return None
+
     async def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _mariadb_at_or_before(start: str, gtids: str) -> bool:
+    """True when a binlog state ``start`` (``d-s-n,…``) is at or before the GTID list ``gtids`` in every
+    domain ``gtids`` names (sequence numbers of a domain only grow)."""
+    def by_domain(text: str) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for part in text.replace(" ", "").split(","):
+            if part:
+                d, _, n = part.split("-")
+                out[int(d)] = max(int(n), out.get(int(d), -1))
+        return out
+
+    want = by_domain(gtids)
+    return all(n <= want[d] for d, n in by_domain(start).items() if d in want)
+
+
+def _recorded(latest: Source, entries: list[Entry]) -> list[str]:
+    """The GTIDs a history recorded in its latest epoch: its ``source`` line's and its entries'."""
+    return [latest.gtid, *(e.gtid for e in entries if e.epoch == latest.epoch and e.gtid)]
+
+
+def _checkpoints(directory: Path) -> list[str]:
+    """The names of the checkpoint files in ``directory`` (small files that parse as one)."""
+    from binlogd.library.checkpointfile import Checkpoint
+
+    out = []
+    for path in sorted(directory.iterdir()):
+        try:
+            if path.is_file() and path.stat().st_size < 1 << 20 and not path.name.endswith((".lock", ".jsonl")):
+                Checkpoint.parse(path.read_bytes())
+                out.append(path.name)
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def _named(names: set | None, schema: str, table: str) -> bool:
@@ -212,11 +318,15 @@ class DaemonSchema:
         selected: ``(schema, table) -> bool``, the tables the daemon delivers (others are not fetched).
         metrics, log: the daemon's.
     Fields:
-        tracker: the current session's SchemaTracker (None before :meth:`open`).
+        tracker: the current session's SchemaTracker (None before :meth:`attach`).
+        source: the session's server as the history records it (None before :meth:`attach`).
     """
 
     def __init__(self, path: str | os.PathLike, server: ServerSchema, selected, metrics, log):
+        # the default path (not configured) may adopt the older default beside it (see _migrate)
+        self._legacy = Path(path).with_name(LEGACY_NAME) if isinstance(path, DefaultHistoryPath) else None
         self.path = Path(path)
+        self.source: Source | None = None
         self.server, self.selected, self.metrics, self.log = server, selected, metrics, log
         self.tracker: SchemaTracker | None = None
         self._writer: HistoryWriter | None = None
@@ -233,31 +343,203 @@ class DaemonSchema:
             self._seed_wanted = True
         return known
 
+    async def attach(self, info, resume) -> None:
+        """Start a session on the server ``info`` (a ServerInfo) describes, resuming at ``resume`` (a
+        ResumeState): call it at every session start, after :meth:`ServerSchema.reconnect`.
+
+        - A history with no ``source`` line yet (new, or an older daemon's) records this server first.
+        - The same server as the history's latest ``source`` line: the history at the resume position.
+        - Another server whose GTID state holds the GTIDs the history recorded (one replication stream): a
+          re-anchor (:meth:`_reanchor`); from then on entries use this server's positions.
+        - Any other server: refused.
+
+        Seeding is lazy (see :meth:`open`).
+
+        Raises:
+            SchemaHistoryUnusable: fatal (exit 8): the history belongs to another source (one line naming
+                both and the file), is locked by another process, or cannot be read.
+            CheckpointError: the server cannot say who it is, or the history cannot be written (retried).
+        """
+        position = resume.position
+        gtids = (position.gtid_list if info.flavor == "mariadb" else position.gtid_set) or ""
+        try:
+            current_file, state = await self.server.stream_facts(info.flavor)
+        except _server_errors() as exc:
+            raise CheckpointError(f"schema history: cannot ask the server for its binlog and GTID state "
+                                  f"({exc})") from exc
+        current = Source(info.flavor, int(info.server_id), info.server_uuid or "", basename(current_file), gtids,
+                         position.file, int(position.pos))
+        sources, entries = self._load(current, state)
+        latest = sources[-1] if sources else None
+        if latest is None:
+            self._write_source(current, [])
+            self.tracker = SchemaTracker(entries, warn=self.log.warning, sources=[current], name=str(self.path))
+            self.tracker.start_at(position.file, position.pos)
+        elif same_server(latest, current):
+            current = latest
+            self.tracker = SchemaTracker(entries, warn=self.log.warning, sources=sources, name=str(self.path))
+            self._start_tracker(latest, position)
+        elif stream_holds(current.flavor, _recorded(latest, entries), state):
+            await self._reanchor(sources, entries, latest, current, position)
+        else:
+            raise SchemaHistoryUnusable(
+                f"schema history {self.path} belongs to {latest.describe()}, not to this session's source "
+                f"{current.describe()} (GTID state {state or 'empty'}): another source's positions would name "
+                "columns wrongly; give each source its own [schema] history_path")
+        self.source = current
+        self._begin(entries, position.file, position.pos)
+
+    def _start_tracker(self, latest: Source, position) -> None:
+        """The tracker at the resume position; a position that is still the one a re-anchor was written at
+        is the previous server's (nothing was committed on this one yet): the epoch's start."""
+        if latest.epoch and (position.file, int(position.pos)) == (latest.file, latest.pos):
+            self.tracker.start_at_epoch()
+        else:
+            self.tracker.start_at(position.file, position.pos)
+
+    def _load(self, current: Source | None = None, state: str = "") -> tuple[list[Source], list[Entry]]:
+        """Lock and open the history (adopting the older default first: :meth:`_migrate`), then read it.
+
+        Raises:
+            SchemaHistoryUnusable: locked, not adoptable, or unreadable.
+        """
+        try:
+            if self._writer is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                if current is not None:
+                    self._migrate(current, state)
+                self._writer = HistoryWriter(self.path, lock=True)
+            return load_history(self.path)
+        except SchemaHistoryLocked as exc:
+            raise SchemaHistoryUnusable(str(exc)) from exc
+        except (SchemaHistoryError, OSError) as exc:
+            if self._writer is not None:   # fatal: the lock goes with it
+                self._writer.close()
+                self._writer = None
+            raise SchemaHistoryUnusable(f"schema history {self.path}: {exc}") from exc
+
+    def _migrate(self, current: Source, state: str) -> None:
+        """Adopt an older daemon's ``schema-history.jsonl`` as this default path, once (renamed, with a log
+        line): when this path does not exist yet, and the old file records this source (the same server, or
+        its GTIDs are in this server's state), or it records none and at most one checkpoint is in the
+        directory. Otherwise refuse: it may be another daemon's.
+
+        Raises:
+            SchemaHistoryUnusable: the old file is another source's, or whose it is cannot be told.
+            SchemaHistoryError, OSError: it cannot be read or renamed.
+        """
+        legacy = self._legacy
+        if legacy is None or self.path.exists() or not legacy.exists():
+            return
+        sources, entries = load_history(legacy)
+        if sources:
+            latest = sources[-1]
+            ok = same_server(latest, current) or stream_holds(current.flavor, _recorded(latest, entries), state)
+            why = f"it belongs to {latest.describe()}, not to this daemon's source {current.describe()}"
+        else:
+            checkpoints = _checkpoints(legacy.parent)
+            ok = len(checkpoints) <= 1
+            why = (f"it records no source and {len(checkpoints)} checkpoints share its directory "
+                   f"({', '.join(checkpoints)})")
+        if not ok:
+            raise SchemaHistoryUnusable(
+                f"schema history {legacy} (the default path before histories were named after their checkpoint) "
+                f"cannot be adopted as {self.path}: {why}; set [schema] history_path = \"{legacy}\" for the "
+                "daemon whose history it is, or move it away to start a new history")
+        os.rename(legacy, self.path)
+        fsync_dir(self.path.parent)
+        self.log.warning("schema history: adopted %s as %s (the default history path is now <checkpoint "
+                         "stem>.schema-history.jsonl)", legacy, self.path)
+
+    async def _reanchor(self, sources: list[Source], entries: list[Entry], latest: Source, current: Source,
+                        position) -> None:
+        """Write a re-anchor: a ``source`` line for this server and, valid from its epoch's start, every table
+        and database the history knows at the resume position: a selected table as this server defines it
+        now when no DDL it logged since the resume GTID names it (unknown, so positional until the stream's
+        DDL or a repair names it, when one does or that cannot be told), others as the history had them.
+
+        Raises:
+            CheckpointError: it cannot be written.
+        """
+        old = SchemaTracker(entries, sources=sources)
+        old.epoch = latest.epoch
+        if latest.epoch and (position.file, int(position.pos)) == (latest.file, latest.pos):
+            old.start_at_epoch()
+        else:
+            old.start_at(position.file, position.pos)
+        current.epoch = latest.epoch + 1
+        try:
+            start = await self.server.gtid_file(current.flavor, current.gtid)
+        except _server_errors() as exc:
+            self.log.warning("schema history: cannot find where GTID %s starts on this server (%s)", current.gtid,
+                             exc)
+            start = None
+        named = await self._ddl_since(start, 4) if start is not None else None
+        gtid, anchors = current.gtid or None, []
+        known_dbs = {e.schema for e in entries if e.table is None}
+        for db in sorted(known_dbs | old.catalog.databases.keys()):
+            dropped = db not in old.catalog.databases
+            anchors.append(Entry("", 0, gtid, db, None, old.catalog.databases.get(db), "reanchor", dropped,
+                                 current.epoch))
+        fresh = unknown = 0
+        for name in sorted({(e.schema, e.table) for e in entries if e.table is not None} | old.catalog.tables.keys()):
+            state = old.catalog.tables.get(name, DROPPED)
+            if isinstance(state, TableDef) and self.selected(*name):
+                definition = None
+                if not _named(named, *name):
+                    try:
+                        definition = await self.server.create_table(*name)
+                    except _server_errors() as exc:
+                        self.log.warning("schema history: cannot read %s.%s from the server (%s)", *name, exc)
+                if definition is None:
+                    state, unknown = UNKNOWN, unknown + 1
+                else:
+                    if [c.name for c in definition.columns] != [c.name for c in state.columns]:
+                        self.log.warning("schema history: %s.%s on %s has columns (%s), the history had (%s): "
+                                         "the server's are used", *name, current.describe(),
+                                         ", ".join(c.name for c in definition.columns),
+                                         ", ".join(c.name for c in state.columns))
+                    state, fresh = definition, fresh + 1
+            anchors.append(Entry("", 0, gtid, *name, state, "reanchor", epoch=current.epoch))
+        self._write_source(current, anchors)
+        self.log.info("schema history: re-anchored on %s after %s at GTID %s: %d tables read from it, %d positional "
+                      "until named again (DDL logged since)", current.describe(), latest.describe(),
+                      current.gtid or "-", fresh, unknown)
+        self.tracker = SchemaTracker([*entries, *anchors], warn=self.log.warning, sources=[*sources, current],
+                                     name=str(self.path))
+        self.tracker.start_at_epoch()
+
+    def _write_source(self, source: Source, entries: list[Entry]) -> None:
+        """Append a ``source`` line and its epoch's first entries. Raises: CheckpointError."""
+        try:
+            self._writer.append_source(source, entries)
+        except OSError as exc:
+            raise CheckpointError(f"schema history {self.path}: {exc.strerror or exc}") from exc
+
     async def open(self, file: str, pos: int, lazy: bool = False) -> None:
-        """Start a session at ``file:pos``: the history as it stands on disk. When it holds no seed yet, it is
+        """Start a session at ``file:pos`` of the history's latest source, without checking whose it is (tests;
+        the daemon calls :meth:`attach`): the history as it stands on disk. When it holds no seed yet, it is
         seeded from the server now, or (``lazy``) at the first TABLE_MAP of a selected table that it cannot
         name (:meth:`follow`; with FULL row metadata and no MariaDB VECTOR look-alikes, never).
 
         A seed the server refuses (no SELECT grant, lost connection) is logged and left for the next session.
 
         Raises:
-            SchemaHistoryUnusable: the history file cannot be read (fatal: exit 8).
+            SchemaHistoryUnusable: the history file cannot be read or is locked (fatal: exit 8).
             CheckpointError: it cannot be written (the session is retried).
         """
-        try:
-            if self._writer is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._writer = HistoryWriter(self.path)
-            entries = read_history(self.path)
-        except (SchemaHistoryError, OSError) as exc:
-            raise SchemaHistoryUnusable(f"schema history {self.path}: {exc}") from exc
-        self.tracker = SchemaTracker(entries, warn=self.log.warning)
+        sources, entries = self._load()
+        self.tracker = SchemaTracker(entries, warn=self.log.warning, sources=sources, name=str(self.path))
         self.tracker.start_at(file, pos)
+        self._begin(entries, file, pos)
+        if self._seed_due and not lazy:
+            await self._seed_at(file, pos)
+
+    def _begin(self, entries: list[Entry], file: str, pos: int) -> None:
+        """The session's state beside its tracker (a seed stays lazy: at the first TABLE_MAP that needs one)."""
         self._tried.clear()
         self._txn_start = (file, pos)
         self._seed_due, self._seed_wanted = not any(e.source == "seed" for e in entries), False
-        if self._seed_due and not lazy:
-            await self._seed_at(file, pos)
 
     async def _seed_at(self, file: str, pos: int) -> None:
         """Seed the history from the server, valid from ``file:pos`` (where the stream is, or a transaction

@@ -1,15 +1,22 @@
 """The replication daemon: follow the primary forever, deliver each transaction once.
 
-:class:`Daemon` is the orchestrator. :meth:`Daemon.start` locks and loads the checkpoint, opens the
-sink and serves the metrics, then runs sessions in a background task until stopped: each session
-(:mod:`binlogd.daemon.session`) connects and dumps from the last durable commit, a reader task
-queues the events, and the :mod:`~binlogd.daemon.consumer` decodes them, writes the sink and
-commits through the :mod:`~binlogd.daemon.committer` (sink durable first, then the checkpoint).
-After any error it reconnects from the last durable commit, with capped exponential backoff and
-jitter, and reopens the sink at its committed state, so a transaction that was partly written is
-written again exactly once. With several ``source.hosts``, a :class:`~binlogd.daemon.failover.Failover`
-picks each session's server and leaves a source that turned read-only. Fatal errors end it with an exit
-code (see README, "Exit codes").
+:class:`Daemon` is a library object: :meth:`Daemon.start` locks and loads the checkpoint, opens the sink
+and serves the metrics, then runs sessions in a background task until :meth:`Daemon.stop` (or
+``async with Daemon(config):``). It installs no signal handlers: ``binlogd run`` (the CLI layer) does.
+
+Each session is one path of steps (:meth:`Daemon._session`): pick the server (a
+:class:`~binlogd.daemon.failover.OneHost`, or a :class:`~binlogd.daemon.failover.Failover` over several
+``source.hosts``), open the :mod:`~binlogd.daemon.session`, choose the resume state, reopen the sink at its
+committed state, attach the schema history, dump, and stream: a reader task queues the events, and the
+:mod:`~binlogd.daemon.consumer` decodes them, writes the sink and commits through the
+:mod:`~binlogd.daemon.committer` (sink durable first, then the checkpoint). After any error the loop starts
+a new session from the last durable commit, with capped exponential backoff and jitter, so a transaction
+that was partly written is written again exactly once. Fatal errors end it with an exit code (see README,
+"Exit codes").
+
+:meth:`Daemon.stop` ends a session that is not streaming yet (a connect, a failover probe, a dump) at
+once; a streaming one stops at the next transaction boundary, and whatever it still awaits (a schema seed,
+a ``SHOW BINLOG EVENTS`` scan) is cancelled once ``daemon.shutdown_seconds`` have passed.
 """
 
 from __future__ import annotations
@@ -18,27 +25,24 @@ import asyncio
 import dataclasses
 import logging
 import random
-import signal
 import time
-from typing import TYPE_CHECKING
 
-from binlogd.daemon.connection import SourceError, admin_connection
+from binlogd.daemon.connection import ServerInfo, SourceError, admin_connection
 from binlogd.daemon.serverschema import DaemonSchema, ServerSchema, history_path
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
 from binlogd.protocol.position import PositionTracker
 
-from . import systemd
+from . import incremental, snapshot, systemd
 from .checkpoint import CheckpointError, CheckpointStore, ResumeState
 from .committer import Committer
 from .consumer import Consumer
+from .failover import Failover, OneHost, hosts_for
 from .http import MetricsServer
 from .metrics import Metrics
 from .session import Session
 from .sinks import SinkError, make_sink
-
-if TYPE_CHECKING:  # with several source.hosts only
-    from .failover import Failover
+from .tasks import close_tasks
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
 EXIT_BINLOG_MISSING, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT, EXIT_DIVERGED = 5, 6, 7, 8, 9
@@ -70,7 +74,8 @@ class Daemon:
         schema: the schema history (:class:`~.serverschema.DaemonSchema`), None with ``schema.source = "none"``
             or a sink that takes no rows.
         consumer: the current session's :class:`Consumer` (None before the first).
-        failover: the :class:`Failover` with several ``source.hosts`` (from :meth:`start`), else None.
+        hosts: which server each session uses: a :class:`~.failover.OneHost`, or with several
+            ``source.hosts`` a :class:`~.failover.Failover` (made again by :meth:`start`, from the checkpoint).
         sessions: sessions that reached streaming.
         stopping: set once a stop was asked for.
         metrics_server: the HTTP server (``.port`` is the bound port) once started.
@@ -90,13 +95,17 @@ class Daemon:
             ServerSchema(self._admin_connection), config.filters.table_selected,
             self.metrics, self.log)
         self.consumer: Consumer | None = None
-        self.failover: Failover | None = None
+        self.hosts: OneHost | Failover = hosts_for(config.source, self.log, self.metrics)
         self._source = config.source  # the server of the current session (the schema lookups ask it)
         self.sessions = 0
         self.stopping = asyncio.Event()
         self.metrics_server: MetricsServer | None = None
         self._main: asyncio.Task | None = None
         self._watchdog: asyncio.Task | None = None
+        self._session_task: asyncio.Task | None = None  # the session in flight
+        self._ending: asyncio.Event | None = None        # its consumer's stop event, once it has one
+        self._streaming = False     # the session in flight reached its consumer
+        self._deadline: asyncio.TimerHandle | None = None  # stop(): cancels a streaming session at shutdown_seconds
         self._start: ResumeState | None = None  # where the first session starts, resolved once
         self._started = False       # the first commit (at the start position) is durable
         self._progress = time.monotonic()  # last pass of the reconnect loop (systemd watchdog)
@@ -128,20 +137,17 @@ class Daemon:
             self.store.acquire()
             loaded = self.store.load()
             self.sink.open(loaded.sink if loaded else None)
+            loaded = self.sink.start_checkpoint(loaded, self.log)  # a bus sink's committed position wins
         except (CheckpointError, SinkError) as exc:
             self.store.release()
-            raise StartError(str(exc), EXIT_CHECKPOINT) from exc
+            raise StartError(str(exc), getattr(exc, "exit_code", None) or EXIT_CHECKPOINT) from exc
         self.committer.durable = ResumeState.from_checkpoint(loaded) if loaded else None
-        if len(self.cfg.source.endpoints) > 1:
-            if loaded is not None and not self.committer.durable.by_gtid:
-                self.sink.close()
-                self.store.release()
-                raise StartError(f"checkpoint {self.store.path} resumes by binlog file and position, and positions "
-                                 "differ between servers: several source.hosts need GTID resume", EXIT_CONFIG)
-            last = loaded.source.get("host") if loaded else None
-            from .failover import Failover
-
-            self.failover = Failover(self.cfg.source, self.log, self.metrics, last)
+        self.hosts = hosts_for(self.cfg.source, self.log, self.metrics, loaded.source.get("host") if loaded else None)
+        if self.hosts.by_gtid and loaded is not None and not self.committer.durable.by_gtid:
+            self.sink.close()
+            self.store.release()
+            raise StartError(f"checkpoint {self.store.path} resumes by binlog file and position, and positions "
+                             "differ between servers: several source.hosts need GTID resume", EXIT_CONFIG)
         server = self.metrics_server = MetricsServer(
             self.metrics, self.cfg.metrics.listen,
             ready_max_checkpoint_age=max(60.0, 4 * self.cfg.source.heartbeat_seconds))
@@ -153,18 +159,27 @@ class Daemon:
             raise StartError(f"metrics.listen: {exc}", EXIT_CONFIG) from exc
         if self.cfg.metrics.listen:
             self.log.info("metrics on http://%s:%d/metrics", self.cfg.metrics.listen.rsplit(":", 1)[0], server.port)
-        self._install_signals()
         self._watchdog = self._start_watchdog()
         self._main = asyncio.create_task(self._run_sessions())
 
     def stop(self) -> asyncio.Future:
-        """Ask the daemon to stop at the next transaction boundary (safe from signal handlers).
+        """Ask the daemon to stop (safe from signal handlers, and more than once): a session that is not
+        streaming yet ends now; a streaming one at the next transaction boundary, or once
+        ``daemon.shutdown_seconds`` have passed (what it still awaits is cancelled then).
 
         Returns:
             A future of the exit code, done once the daemon closed (await it, or not).
         """
-        systemd.notify("STOPPING=1")
-        self.stopping.set()
+        if not self.stopping.is_set():
+            systemd.notify("STOPPING=1")
+            self.stopping.set()
+            if self._ending is not None:
+                self._ending.set()
+            if self._streaming:
+                self._deadline = asyncio.get_running_loop().call_later(
+                    self.cfg.daemon.shutdown_seconds, self._cancel_session)
+            else:
+                self._cancel_session()
         if self._main is None:
             done = asyncio.get_running_loop().create_future()
             done.set_result(EXIT_OK)
@@ -178,14 +193,18 @@ class Daemon:
     async def __aexit__(self, *exc) -> None:
         await self.stop()
 
+    def _cancel_session(self) -> None:
+        if self._session_task is not None:
+            self._session_task.cancel()
+
     async def _run_sessions(self) -> int:
         """The main task: sessions until stopped; then everything is closed (after the last sync)."""
         try:
             return await self._loop()
         finally:
-            if self._watchdog is not None:
-                self._watchdog.cancel()
-                await asyncio.gather(self._watchdog, return_exceptions=True)
+            if self._deadline is not None:
+                self._deadline.cancel()
+            await close_tasks(self._watchdog)
             self.metrics.set_up(False)
             await self.committer.drain()
             self.sink.close()
@@ -195,7 +214,8 @@ class Daemon:
             self.metrics_server.stop()
 
     def _start_watchdog(self) -> asyncio.Task | None:
-        """systemd's watchdog (``WatchdogSec``): ping at half the interval while the loops make progress."""
+        """systemd's watchdog (``WatchdogSec``): ping at half the interval while the loops make progress: the
+        reconnect loop, the consumer, or the server answering the schema history's seed and repair queries."""
         interval = systemd.watchdog_interval()
         if interval is None:
             return None
@@ -205,32 +225,13 @@ class Daemon:
 
         async def ping() -> None:
             while True:
-                progress = max(self._progress, self.consumer.last_pass if self.consumer else 0.0)
+                progress = max(self._progress, self.consumer.last_pass if self.consumer else 0.0,
+                               self.schema.server.answered if self.schema else 0.0)
                 if time.monotonic() - progress < interval:
                     systemd.notify("WATCHDOG=1")
                 await asyncio.sleep(interval / 2)
 
         return asyncio.create_task(ping())
-
-    def _install_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-
-        def on_signal(signum: int) -> None:
-            if self.stopping.is_set():
-                self.log.warning("second %s: exiting now", signal.Signals(signum).name)
-                raise SystemExit(128 + signum)
-            self.log.info("%s: finishing the current transaction, then stopping", signal.Signals(signum).name)
-            self.stop()
-
-        def on_hangup() -> None:
-            self.log.info("SIGHUP: ignored (binlogd reloads nothing; restart it to apply a new configuration)")
-
-        for sig, handler, args in ((signal.SIGTERM, on_signal, (signal.SIGTERM,)),
-                                   (signal.SIGINT, on_signal, (signal.SIGINT,)), (signal.SIGHUP, on_hangup, ())):
-            try:
-                loop.add_signal_handler(sig, handler, *args)
-            except (NotImplementedError, RuntimeError):
-                pass  # not the main thread (tests): stop() is the way
 
     # ------------------------------------------------------------------ sessions
     async def _loop(self) -> int:
@@ -241,7 +242,7 @@ class Daemon:
             self._progress = time.monotonic()
             sessions_before = self.sessions
             try:
-                await self._session()
+                await self._one_session()
                 return EXIT_OK
             except SourceError as exc:
                 self.metrics.error(exc.kind)
@@ -260,7 +261,7 @@ class Daemon:
                 self.metrics.error("sink")
                 if getattr(exc, "fatal", False):
                     self.log.error("%s", exc)
-                    return EXIT_CHECKPOINT
+                    return getattr(exc, "exit_code", None) or EXIT_CHECKPOINT
                 durable = self.committer.durable
                 at = f"{durable.position.file}:{durable.position.pos}" if durable else "start"
                 message, level = f"{exc}; checkpoint stays at {at}, retrying", logging.ERROR
@@ -281,6 +282,24 @@ class Daemon:
             delay = min(rc.max_seconds, delay * 2)
         return EXIT_OK
 
+    async def _one_session(self) -> None:
+        """:meth:`_session` as the task :meth:`stop` may cancel; a cancel by stop() returns (the loop ends).
+
+        Raises:
+            What the session raised; CancelledError when the caller itself was cancelled.
+        """
+        task = self._session_task = asyncio.create_task(self._session())
+        try:
+            await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling() or not self.stopping.is_set():
+                raise
+            if self._streaming:
+                self.log.warning("shutdown: the session was still busy after %.0fs (a schema seed?); what it had "
+                                 "not committed is read again at the next start", self.cfg.daemon.shutdown_seconds)
+        finally:
+            self._session_task, self._ending, self._streaming = None, None, False
+
     def _where(self) -> str:
         t = self.tracker
         return f"{t.committed.file}:{t.committed.pos}" if t else "start"
@@ -290,58 +309,96 @@ class Daemon:
         return admin_connection(self._source)
 
     async def _session(self) -> None:
-        """One connection: from the last durable commit (the start, the first time) until it fails or stops;
-        with several source.hosts, to the server :meth:`Failover.pick` chose."""
-        cfg, failover = self.cfg, self.failover
-        if failover is not None:
-            chosen = await failover.pick(failover.delivered(self.committer.durable or self._start))
-            cfg = dataclasses.replace(cfg, source=failover.config(chosen.endpoint))
-        self._source = cfg.source
-        endpoint = f"{cfg.source.host}:{cfg.source.port}"
-        async with Session(cfg, self.metrics, rows=self.sink.wants_rows) as session:
+        """One session: from the last durable commit (the start, the first time) until it fails or stops."""
+        endpoint = await self._pick()
+        async with Session(dataclasses.replace(self.cfg, source=self._source), self.metrics,
+                           rows=self.sink.wants_rows) as session:
             info = await session.open()
-            if self._started:
-                # Back to the last durable commit: discard what the last session wrote after it.
-                await self.committer.drain()
-                self.sink.close()
-                self.sink.open(self.committer.durable.sink)
-            elif self._start is None:  # kept while the first commit fails: "current" must not move on
-                self._start = await session.start_state(self.committer.durable)
-            resume = self.committer.durable if self._started else self._start
-            # The checkpoint names the source. Failover resumes by GTID (a MariaDB without any GTID yet too).
-            resume = dataclasses.replace(resume, by_gtid=resume.by_gtid or failover is not None, source={
-                "host": endpoint, "flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid,
-                "version": info.version_text})
-            if self.schema is not None:  # the history as it stood at the resume position (seeded when first needed)
-                await self.schema.open(resume.position.file, resume.position.pos, lazy=True)
-            decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0,
-                              schema_source=self.schema.lookup if self.schema else None, rows=self.sink.wants_rows)
-            ending = asyncio.Event()  # failover: the consumer stops at a boundary (daemon stop or read-only source)
-            consumer = self.consumer = Consumer(self.cfg, resume, decoder, self.sink, self.committer, self.metrics,
-                                                self.log, self.schema, self.stopping if failover is None else ending)
-            position = resume.position
-            # A source.start of the config (no checkpoint yet) is saved only once the primary serves it.
-            try:
-                await session.dump(resume, check=self.committer.durable is None
-                                   and self.cfg.source.start_spec.kind in ("file", "gtid"))
-            except SourceError as exc:
-                if failover is None or exc.kind != "binlog_missing":
-                    raise
-                raise failover.refused(endpoint, exc) from None
-            if not self._started:
-                await consumer.commit()  # a durable sink state and checkpoint from the very start
-                self._started = True
-            self.sessions += 1
-            self.metrics.source(endpoint, info.server_id, info.server_uuid, info.version_text)
-            self.log.info("streaming from %s %s at %s:%d, %s", info.flavor, info.version_text,
-                          position.file, position.pos,
-                          f"GTID {position.gtid_set or position.gtid_list}" if resume.by_gtid else "file/pos")
-            self.metrics.set_up(True)
-            status = f"STATUS=streaming from {info.flavor} {info.version_text} at {position.file}:{position.pos}"
-            systemd.notify(f"READY=1\n{status}" if self.sessions == 1 else status)
-            if failover is None:
-                await consumer.run(session)
-                return
-            if failover.streaming(endpoint, position):
-                await consumer.commit()  # the checkpoint names the new source
-            await failover.run(consumer, session, self.stopping, ending)
+            await self._reopen_sink()  # first: the sync in flight moves the durable state the session resumes from
+            resume = await self._resume_state(session, endpoint, info)
+            resume = await snapshot.run(self, info, endpoint, resume)  # [snapshot]: the tables first, when due
+            await self._attach_schema(info, resume)
+            consumer = self._new_consumer(info, resume)
+            await self._dump(session, endpoint, resume)
+            await self._stream(session, consumer, endpoint, info)
+
+    async def _pick(self) -> str:
+        """The server of the session (``host:port``): the only one, or the one :meth:`Failover.pick` chose."""
+        chosen = await self.hosts.pick(self.hosts.delivered(self.committer.durable or self._start))
+        self._source = self.hosts.config(chosen.endpoint)
+        return chosen.endpoint
+
+    async def _resume_state(self, session: Session, endpoint: str, info: ServerInfo) -> ResumeState:
+        """Where the session starts: the last durable commit, or (until the first commit is durable) the
+        start resolved once; named after the source. Several hosts resume by GTID."""
+        if not self._started and self._start is None:  # kept while the first commit fails: "current" stays
+            self._start = await session.start_state(self.committer.durable)
+        resume = self.committer.durable if self._started else self._start
+        return dataclasses.replace(resume, by_gtid=resume.by_gtid or self.hosts.by_gtid, source={
+            "host": endpoint, "flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid,
+            "version": info.version_text})
+
+    async def _reopen_sink(self) -> None:
+        """Back to the last durable commit: discard what the last session wrote after it."""
+        if self._started:
+            await self.committer.drain()
+            self.sink.close()
+            self.sink.open(self.committer.durable.sink)
+
+    async def _attach_schema(self, info: ServerInfo, resume: ResumeState) -> None:
+        """The schema history for this session: its server lookups go to the session's server, and it
+        stands as it did at the resume position (seeded when first needed)."""
+        if self.schema is None:
+            return
+        await self.schema.server.reconnect(self._admin_connection)
+        await self.schema.attach(info, resume)  # whose history it is; a failover re-anchors it (exit 8: another's)
+
+    def _new_consumer(self, info: ServerInfo, resume: ResumeState) -> Consumer:
+        """The session's consumer and decoder; it stops when :attr:`_ending` is set (by :meth:`stop`, or by
+        the failover watch that leaves a read-only source)."""
+        decoder = Decoder(checksum_alg=1 if info.checksum == "CRC32" else 0,
+                          schema_source=self.schema.lookup if self.schema else None, rows=self.sink.wants_rows)
+        self._ending = asyncio.Event()
+        if self.stopping.is_set():
+            self._ending.set()
+        self.consumer = Consumer(self.cfg, resume, decoder, self.sink, self.committer, self.metrics, self.log,
+                                 self.schema, self._ending)
+        if self.cfg.snapshot.signal_table:  # incremental snapshots: signals seen in the stream
+            if self.sink.wants_rows:
+                self.consumer.incremental = incremental.Incremental(self, info, resume.incremental)
+            elif self.sessions == 0:
+                self.log.warning("snapshot.signal_table is not used: the sink takes no rows")
+        return self.consumer
+
+    async def _dump(self, session: Session, endpoint: str, resume: ResumeState) -> None:
+        """Ask for the stream. A source.start of the config (no checkpoint yet) is saved only once the primary
+        serves it; a refusal (ERR 1236) is the host's to judge (:meth:`Failover.refused`)."""
+        try:
+            await session.dump(resume, check=self.committer.durable is None
+                               and self.cfg.source.start_spec.kind in ("file", "gtid"))
+        except SourceError as exc:
+            if exc.kind != "binlog_missing":
+                raise
+            raise self.hosts.refused(endpoint, exc) from None
+
+    async def _stream(self, session: Session, consumer: Consumer, endpoint: str, info: ServerInfo) -> None:
+        """Report the session streaming, then run the consumer until it fails or stops."""
+        if not self._started:
+            await consumer.commit()  # a durable sink state and checkpoint from the very start
+            self._started = True
+        self.sessions += 1
+        position, by_gtid = consumer.resume.position, consumer.resume.by_gtid
+        self.metrics.source(endpoint, info.server_id, info.server_uuid, info.version_text)
+        self.log.info("streaming from %s %s at %s:%d, %s", info.flavor, info.version_text, position.file,
+                      position.pos, f"GTID {position.gtid_set or position.gtid_list}" if by_gtid else "file/pos")
+        self.metrics.set_up(True)
+        status = f"STATUS=streaming from {info.flavor} {info.version_text} at {position.file}:{position.pos}"
+        systemd.notify(f"READY=1\n{status}" if self.sessions == 1 else status)
+        if self.hosts.streaming(endpoint, position):
+            await consumer.commit()  # the checkpoint names the new source
+        self._streaming = True  # from here stop() lets the consumer reach a transaction boundary
+        try:
+            await self.hosts.run(consumer, session, self.stopping, self._ending)
+        finally:
+            if consumer.incremental is not None:
+                consumer.incremental.close()

@@ -17,6 +17,7 @@ from binlogd.protocol.position import Position, is_before
 
 from .checkpoint import ResumeState
 from .metrics import Metrics
+from .tasks import close_tasks
 
 BATCH = 1024  # events per reader -> consumer hand-off at most
 
@@ -189,11 +190,8 @@ class Session:
 
     async def close(self) -> None:
         """Cancel and await the reader task, then close the connection."""
-        if self._reader is not None:
-            self._reader.cancel()
-            try:
-                await self._reader
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._reader = None
-        await self.conn.close()
+        reader, self._reader = self._reader, None
+        try:
+            await close_tasks(reader)
+        finally:
+            await self.conn.close()

@@ -4,7 +4,12 @@ The daemon writes them (:mod:`binlogd.daemon.checkpoint`, :mod:`binlogd.daemon.s
 reads them to leave out what the daemon has not committed. A checkpoint file is one JSON object::
 
     {"version": 1, "position": {"file", "pos", "gtid_set", "gtid_list"}, "sink": {...},
-     "source": {...}, "saved_at": <unix seconds>}
+     "source": {...}, "saved_at": <unix seconds>, "snapshot"?: {...}, "incremental"?: {...}}
+
+``snapshot`` is there only while an initial snapshot runs (daemon/snapshot.py: the tables, how many are
+done, the current table's last key, the read view); a checkpoint without it has none to finish.
+``incremental`` is there only while an incremental snapshot runs (daemon/incremental.py: the tables to go,
+the current table's last key written, its rows and chunks written, when it started).
 
 The JSON-lines sink names its files ``changes-NNNNNN.jsonl`` (six digits, from 1) and its state in
 ``sink`` is ``{"file": <that name>, "offset": <bytes committed in it>}``.
@@ -32,17 +37,27 @@ class Checkpoint:
         source: facts about the primary (flavor, server id/uuid) for sanity checks, the resume mode, and
             ``skip_before`` (unix time) while a datetime start has not reached its first transaction.
         saved_at: unix time of the save.
+        snapshot: the state of an unfinished initial snapshot (``position`` is then its consistent point),
+            else None.
+        incremental: the state of a running incremental snapshot (``position`` is the stream's), else None.
     """
 
     position: Position
     sink: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
     saved_at: float = 0.0
+    snapshot: dict | None = None
+    incremental: dict | None = None
 
     def to_bytes(self) -> bytes:
         """The file's content (keys sorted)."""
-        return json.dumps({"version": FORMAT_VERSION, "position": self.position.to_dict(), "sink": self.sink,
-                           "source": self.source, "saved_at": self.saved_at}, sort_keys=True).encode()
+        data = {"version": FORMAT_VERSION, "position": self.position.to_dict(), "sink": self.sink,
+                "source": self.source, "saved_at": self.saved_at}
+        if self.snapshot is not None:
+            data["snapshot"] = self.snapshot
+        if self.incremental is not None:
+            data["incremental"] = self.incremental
+        return json.dumps(data, sort_keys=True).encode()
 
     @classmethod
     def parse(cls, raw: bytes | str) -> Checkpoint:
@@ -55,8 +70,11 @@ class Checkpoint:
             data = json.loads(raw)
             if data.get("version") != FORMAT_VERSION:
                 raise ValueError(f"unsupported version {data.get('version')!r}")
+            snapshot, incremental = data.get("snapshot"), data.get("incremental")
             return cls(Position.from_dict(data["position"]), dict(data.get("sink", {})),
-                       dict(data.get("source", {})), float(data.get("saved_at", 0)))
+                       dict(data.get("source", {})), float(data.get("saved_at", 0)),
+                       None if snapshot is None else dict(snapshot),
+                       None if incremental is None else dict(incremental))
         except KeyError as exc:
             raise ValueError(f"no {exc} in it") from exc
         except (TypeError, AttributeError) as exc:

@@ -24,9 +24,11 @@ Options (names are case-insensitive):
 - ``arrow``: ``true`` (default): readers yield Arrow record batches; ``false``: Python tuples
   (slower; kept to measure, see bench/spark.py). ``batchRows``: rows per batch (default 8192).
 - ``schemaHistory``: a schema history file (``binlogd schema build``, or the daemon's
-  ``schema-history.jsonl``): names the columns of servers that log no names (MINIMAL/NO_LOG row
-  metadata) as of each file's position, and follows each file's own DDL; a definition that does not fit
-  the TABLE_MAP gives positional names (``@1``...), never wrong ones.
+  ``<checkpoint stem>.schema-history.jsonl``): names the columns of servers that log no names (MINIMAL/NO_LOG
+  row metadata) as of each file's position, and follows each file's own DDL; a definition that does not fit
+  the TABLE_MAP gives positional names (``@1``...), never wrong ones. A daemon's history records its source:
+  a file another server wrote (its FORMAT_DESCRIPTION's flavour and server_id, its base name) fails the read
+  with a ValueError naming both.
 - batch only: ``maxPartitionBytes`` (default 128 MiB), ``openCostInBytes`` (4 MiB) and ``minPartitions``
   (default 1; :mod:`pipeline.jobs` passes the session's default parallelism): files are packed into input
   partitions as Spark packs the files of its own file sources (``spark.sql.files.*``), each file whole and
@@ -63,7 +65,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import BooleanType, DataType, IntegerType, LongType, StringType, StructField, StructType
 
 from binlogd.library.checkpointfile import jsonl_index
-from binlogd.library.schema import SchemaTracker, read_history
+from binlogd.library.schema import SchemaTracker
+from binlogd.library.schema.history import load_history
 from binlogd.protocol.errors import BinlogError
 
 from . import decode as D
@@ -130,13 +133,34 @@ class Options:
 
 
 def _schema_history(path: str | None):
-    """The entries of option schemaHistory's file (read once, on the driver), or None."""
+    """Option schemaHistory's file (read once, on the driver): (path, its source lines, its entries), or None."""
     if path is None:
         return None
     try:
-        return read_history(path)
+        return (path, *load_history(path))
     except (BinlogError, OSError) as exc:
         raise ValueError(f"binlog: option schemaHistory: {exc}") from exc
+
+
+def _history_tracker(history: tuple, path: str) -> SchemaTracker:
+    """A tracker of option schemaHistory's history for the binlog file ``path``: a history that records its
+    source must be that file's server's (its FORMAT_DESCRIPTION's flavour and server_id, its base name).
+
+    Raises:
+        ValueError: it is another source's (naming the history, its source and the file's).
+    """
+    from binlogd.library import storage
+    from binlogd.library.schema.identity import HEAD_BYTES, file_identity
+
+    name, sources, entries = history
+    tracker = SchemaTracker(entries, sources=sources, name=name)
+    if sources:
+        try:
+            with storage.open_input(path) as fh:
+                tracker.bind(file_identity(fh.read(HEAD_BYTES), os.path.basename(path)))
+        except (BinlogError, OSError) as exc:
+            raise ValueError(f"binlog: option schemaHistory: {exc}") from exc
+    return tracker
 
 
 def _positive(opts: dict, key: str, default):
@@ -240,7 +264,7 @@ class _Reader:
             rows = self._rows(partition.path, partition.start)
             schema = None
             if opts.schema_history is not None:  # names columns where TABLE_MAPs carry none
-                schema = SchemaTracker(opts.schema_history)
+                schema = _history_tracker(opts.schema_history, partition.path)
                 schema.start_at(os.path.basename(partition.path), partition.start)
             chunks = D.read_binlog(partition.path, rows, partition.start, partition.stop, partition.fde,
                                    opts.partial_tail, opts.skip_corrupt, partition.tail_error, opts.batch_rows,

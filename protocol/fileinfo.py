@@ -42,6 +42,7 @@ _PREAMBLE_TYPES = {ET.PREVIOUS_GTIDS, ET.MARIADB_GTID_LIST, ET.BINLOG_CHECKPOINT
 _FORWARD_EVENTS = 64          # preamble events read from the start looking for the first GTID
 _BACKWARD_EVENTS = 4096       # events of the last transaction walked from its GTID to the end
 _BACKWARD_BYTES = 64 << 20    # bytes read back from the end looking for the last GTID
+_MERGE = 64 << 10             # _File merges adjacent segments up to this size
 
 
 @record(frozen=False)
@@ -70,17 +71,72 @@ def _gtid_text(event: Event) -> str | None:
 
 
 class _File:
-    """Reads at an offset of a seekable binary file object. Fields: size, its length when wrapped."""
+    """Reads at an offset of a seekable binary file object, each byte of it at most once: what was read is
+    kept (``segments``), and a read asks the file only for the bytes it has not given yet, so what a caller
+    counts underneath (``bytes_read``) never exceeds the size.
+
+    Fields: size, its length when wrapped; readahead, the least a read asks the file for (0: what is needed;
+    the scan sets more); segments, sorted disjoint ``[start, bytes]`` of what was read and is kept.
+    """
 
     def __init__(self, f: BinaryIO):
         self.f = f
         f.seek(0, io.SEEK_END)
         self.size = f.tell()
+        self.readahead = 0
+        self.segments: list[list] = []
+        self._hit = (0, b"")  # the segment the last read was served from (the scan reads on in it)
 
     def read(self, offset: int, n: int) -> bytes:
         """Up to ``n`` bytes from ``offset`` (fewer at the end of the file)."""
-        self.f.seek(offset)
-        return self.f.read(n)
+        end = min(offset + n, self.size)
+        start, data = self._hit
+        if start <= offset and end <= start + len(data):
+            return data[offset - start:end - start]
+        parts, pos = [], offset
+        for segment in self.segments:
+            start, data = segment
+            if start <= offset and end <= start + len(data):
+                self._hit = (start, data)
+                return data[offset - start:end - start]
+            if pos >= end or start >= end:
+                break
+            stop = start + len(data)
+            if stop <= pos:
+                continue
+            if start > pos:
+                parts.append(self._fetch(pos, start))
+                pos = start
+            parts.append(data[pos - start:min(stop, end) - start])
+            pos = min(stop, end)
+        if pos < end:
+            limit = next((start for start, _ in self.segments if start > pos), self.size)
+            parts.append(self._fetch(pos, min(limit, max(end, pos + self.readahead)))[:end - pos])
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _fetch(self, lo: int, hi: int) -> bytes:
+        """The file's bytes ``[lo, hi)`` (none of them read before), kept as a segment."""
+        self.f.seek(lo)
+        data = self.f.read(hi - lo)
+        if data:
+            segs = self.segments
+            i = next((k for k, (start, _) in enumerate(segs) if start > lo), len(segs))
+            # Small neighbours are merged (fewer segments to look through); large ones are not copied again.
+            if i and segs[i - 1][0] + len(segs[i - 1][1]) == lo and len(segs[i - 1][1]) + len(data) <= _MERGE:
+                segs[i - 1][1] += data
+                i -= 1
+            else:
+                segs.insert(i, [lo, data])
+            if (i + 1 < len(segs) and segs[i][0] + len(segs[i][1]) == segs[i + 1][0]
+                    and len(segs[i][1]) + len(segs[i + 1][1]) <= _MERGE):
+                segs[i][1] += segs.pop(i + 1)[1]
+        return data
+
+    def forget_before(self, pos: int) -> None:
+        """Drop the kept bytes before ``pos`` (the scan never goes back)."""
+        segs = self.segments
+        while segs and segs[0][0] + len(segs[0][1]) <= pos:
+            segs.pop(0)
 
 
 def describe(f: BinaryIO, name: str) -> BinlogInfo:
@@ -256,7 +312,9 @@ def _scan(f: _File, result: BinlogInfo) -> BinlogInfo:
     decoder = Decoder()
     result.next_file = result.last_gtid = None
     pos, header_len, tc = 4, 19, None
+    f.readahead = 1 << 20  # the headers one after the other: read in large blocks, each byte once
     while pos < f.size:
+        f.forget_before(pos)
         head = f.read(pos, 19)
         if len(head) < header_len:
             result.truncated_at = pos

@@ -4,7 +4,8 @@
 off: the row image decoder (``_rowimage``), the JSON row writer (``_jsonrows``), the skim of rows
 events and the packet framing loop (``_skim``), and the SQL writer of ``binlogd sql`` (``_sqlrows``,
 used by ``binlogd.library.sqlwriter.native``). binlogd then runs its Python code for the same work, with the same
-results; so it does where an extension could not be built.
+results; so it does where an extension could not be built, and then :func:`missing_message` says which fast
+paths are missing (``binlogd run``, ``dump`` and ``sql`` print it once at start).
 """
 
 from __future__ import annotations
@@ -13,3 +14,51 @@ import os
 
 #: False when ``BINLOGD_PURE_PYTHON`` turns the C extensions off (read once, at import).
 ENABLED = os.environ.get("BINLOGD_PURE_PYTHON", "") in ("", "0")
+
+#: binlogd's C extensions, by module, and the fast path each one is.
+EXTENSIONS = {
+    "binlogd.protocol._rowimage": "row image decoding",
+    "binlogd.protocol._skim": "skimming rows events and packet framing",
+    "binlogd.library._jsonrows": "the JSON row writer",
+    "binlogd.library._sqlrows": "the SQL writer of binlogd sql",
+}
+
+
+def missing() -> list[str]:
+    """The C extensions of :data:`EXTENSIONS` that cannot be imported (not built, or broken), in that order;
+    [] when ``BINLOGD_PURE_PYTHON`` turned them off (then none is looked at).
+
+    Each is imported now (by name: protocol does not import the library layer at module level), except
+    ``_jsonrows`` while orjson is not loaded yet (its import would load orjson, 10 ms of a command's
+    start-up): then only its file is looked for.
+    """
+    if not ENABLED:
+        return []
+    import importlib
+    import importlib.util
+    import sys
+
+    out = []
+    for name in EXTENSIONS:
+        if name in sys.modules:
+            continue
+        try:
+            if name.endswith("._jsonrows") and "orjson" not in sys.modules:
+                if importlib.util.find_spec(name) is None:
+                    out.append(name)
+            else:
+                importlib.import_module(name)
+        except ImportError:
+            out.append(name)
+    return out
+
+
+def missing_message() -> str | None:
+    """One line naming the fast paths that :func:`missing` finds missing, or None when none is."""
+    names = missing()
+    if not names:
+        return None
+    paths = ", ".join(f"{EXTENSIONS[name]} ({name})" for name in names)
+    return (f"C extensions missing, so these run as slower Python code: {paths}; reinstall binlogd where a C "
+            "compiler is available (BINLOGD_REQUIRE_C=1 makes a failed build fail), or set BINLOGD_PURE_PYTHON=1 "
+            "to run without them on purpose")

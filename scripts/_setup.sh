@@ -1,20 +1,46 @@
 # Shared setup for scripts/test and scripts/demo (sourced, not run).
-# Leaves the caller in the repo root with .venv ready, a MariaDB (or MySQL) server binary installed
-# and MariaDB 11.8 unpacked into ~/.cache/binlogd (scripts/fetch-mariadb).
+# Leaves the caller in the repo root with .venv ready and a MariaDB (or MySQL) server binary installed.
+# scripts/test also calls setup_test_servers (MariaDB 11.8, the brokers, promtool): the demo needs none of them.
+#
+# `pip install -e` runs only when something it depends on changed: a stamp in .venv holds the hash of the
+# extras, pyproject.toml, setup.py and the C sources, and the names of the built extensions and of the
+# editable install; when the stamp matches, setup takes well under a second. It installs with
+# BINLOGD_REQUIRE_C=1 (a C extension that fails to build fails setup) and shows pip's warnings.
+# BINLOGD_PIP: the pip command to run (default: .venv/bin/pip; the tests point it at a fake).
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-_pip_log="$(mktemp)"
-if ! .venv/bin/pip install -q --disable-pip-version-check -e '.[daemon,test,spark]' >"$_pip_log" 2>&1; then
-    cat "$_pip_log" >&2
-    rm -f "$_pip_log"
-    echo "pip install -e '.[daemon,test,spark]' failed" >&2
-    exit 1
+
+_extras='.[daemon,test,spark,bus]'
+_stamp_file=.venv/.binlogd-setup-stamp
+
+_setup_stamp() {
+    {
+        echo "$_extras"
+        # a missing file changes the hash; it is no error here
+        cat pyproject.toml setup.py protocol/*.c protocol/*.h library/*.c library/*.h 2>/dev/null || true
+        ls protocol/*.so library/*.so .venv/lib/python*/site-packages/__editable__*binlogd* 2>/dev/null || true
+    } | sha256sum | cut -d' ' -f1
+}
+
+if [ "$(cat "$_stamp_file" 2>/dev/null)" != "$(_setup_stamp)" ]; then
+    _pip_log="$(mktemp)"
+    # pip's -q output is its warnings and errors; the notes about ignored 'file:///opt/...' locations are noise
+    if BINLOGD_REQUIRE_C=1 ${BINLOGD_PIP:-.venv/bin/pip} install -q --disable-pip-version-check -e "$_extras" \
+        >"$_pip_log" 2>&1; then
+        grep -v "^WARNING: Location 'file:///opt/.*' is ignored" "$_pip_log" >&2 || true
+        rm -f "$_pip_log"
+        _setup_stamp >"$_stamp_file"
+    else
+        grep -v "^WARNING: Location 'file:///opt/.*' is ignored" "$_pip_log" >&2 || true
+        rm -f "$_pip_log" "$_stamp_file"
+        echo "pip install -e '$_extras' failed (with BINLOGD_REQUIRE_C=1: the C extensions must build)" >&2
+        exit 1
+    fi
 fi
-rm -f "$_pip_log"
 
 _have_server() {
     PATH="$PATH:/usr/sbin:/usr/local/sbin" command -v mariadbd >/dev/null 2>&1 \
@@ -33,13 +59,20 @@ if ! _have_server; then
     fi
 fi
 
-# MariaDB 11.8, the suite's second real server (downloaded once into ~/.cache/binlogd; never installed).
-scripts/fetch-mariadb >&2 || echo "the MariaDB 11.8 tests will be skipped with the reason above" >&2
+# What only the test suite uses; each is quick once done.
+setup_test_servers() {
+    # MariaDB 11.8, the suite's second real server (downloaded once into ~/.cache/binlogd; never installed).
+    scripts/fetch-mariadb >&2 || echo "the MariaDB 11.8 tests will be skipped with the reason above" >&2
 
-# promtool checks the Prometheus alert rules (deploy/prometheus); Debian ships it in "prometheus".
-if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "promtool not found: installing prometheus with apt-get (for the alert-rule tests)" >&2
-    (apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
-        || { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; }) \
-        || echo "could not install prometheus: the promtool tests will be skipped" >&2
-fi
+    # redis-server, nats-server and PostgreSQL for the bus-sink tests (started privately by the tests).
+    scripts/install-brokers \
+        || echo "the broker tests will fail (under CI=true) or skip: install the brokers named above" >&2
+
+    # promtool checks the Prometheus alert rules (deploy/prometheus); Debian ships it in "prometheus".
+    if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "promtool not found: installing prometheus with apt-get (for the alert-rule tests)" >&2
+        (apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
+            || { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; }) \
+            || echo "could not install prometheus: the promtool tests will be skipped" >&2
+    fi
+}

@@ -22,7 +22,8 @@ def make_sink(config, metrics=None, log=None) -> Sink:
     if config.kind == "jsonl":
         from .jsonl import JsonLinesSink
 
-        return JsonLinesSink(config.path, config.max_file_bytes, config.max_file_seconds, config.fsync)
+        return JsonLinesSink(config.path, config.max_file_bytes, config.max_file_seconds, config.fsync,
+                             format=config.format, server_name=config.server_name)
     if config.kind == "archive":
         from .archive import ArchiveSink
 
@@ -30,7 +31,21 @@ def make_sink(config, metrics=None, log=None) -> Sink:
     if config.kind == "stdout":
         from .stdout import StdoutSink
 
-        return StdoutSink()
+        return StdoutSink(format=config.format, server_name=config.server_name)
+    fmt = {"format": config.format, "server_name": config.server_name}
+    if config.kind == "redis":
+        from .redis import RedisSink
+
+        r = config.redis
+        return RedisSink(r.url, r.stream, r.checkpoint_key, r.max_change_bytes, **fmt)
+    if config.kind == "nats":
+        from .nats import NatsSink
+
+        return NatsSink(config.nats.url, config.nats.stream, config.nats.subject, **fmt)
+    if config.kind == "postgres":
+        from .postgres import PostgresSink
+
+        return PostgresSink(config.postgres.url, config.postgres.table, config.postgres.max_change_bytes, **fmt)
     raise SinkError(f"unknown sink kind {config.kind!r}")
 
 

@@ -14,11 +14,12 @@ class SinkError(BinlogError):
 
     Fields:
         fatal: retrying cannot help (the sink's files disagree with the stream); the daemon stops.
+        exit_code: what the daemon exits with when it stops on this error (None: 8, EXIT_CHECKPOINT).
     """
 
-    def __init__(self, message: str, fatal: bool = False):
+    def __init__(self, message: str, fatal: bool = False, exit_code: int | None = None):
         super().__init__(message)
-        self.fatal = fatal
+        self.fatal, self.exit_code = fatal, exit_code
 
 
 class Sink:
@@ -103,6 +104,28 @@ class Sink:
         self.begin_sync()
         self.sync()
         return state
+
+    def flushed(self, checkpoint) -> None:
+        """The checkpoint (:class:`library.checkpointfile.Checkpoint`) that the last :meth:`flush` reaches;
+        the Committer calls it right after each flush. Sinks that commit the position with the data (the bus
+        sinks) commit it there; others ignore it."""
+
+    def remote_checkpoint(self):
+        """The checkpoint the sink's own store committed with the data (read by :meth:`open`), or None when
+        it keeps none (the default)."""
+        return None
+
+    def start_checkpoint(self, local, log=None):
+        """Where the daemon starts, after :meth:`open`: the sink's :meth:`remote_checkpoint` when it keeps
+        one (logged on ``log`` when the local checkpoint ``local`` disagrees), else ``local``."""
+        remote = self.remote_checkpoint()
+        if remote is None:
+            return local
+        if log is not None and (local is None or local.position != remote.position):
+            at = f"{local.position.file}:{local.position.pos}" if local is not None else "none"
+            log.warning("the sink's committed position %s:%d wins over the local checkpoint's (%s)",
+                        remote.position.file, remote.position.pos, at)
+        return remote
 
     def close(self) -> None:
         """Release files and buffers (without committing)."""

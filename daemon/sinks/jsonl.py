@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 from binlogd.library.checkpointfile import jsonl_committed, jsonl_index, jsonl_name
-from binlogd.library.jsonrows import change_lines
-from binlogd.library.serialize import dumps
+from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
 from binlogd.protocol.events import RowsEvent
 
 from ..checkpoint import fsync_dir
@@ -26,13 +25,20 @@ from .base import Sink, SinkError, close_all, sync_all
 class JsonLinesSink(Sink):
     """Files ``<directory>/changes-NNNNNN.jsonl``, rotated after ``max_file_bytes`` or ``max_file_seconds``.
 
-    Rotation happens at a commit, so a transaction never spans two files; 0 means no limit.
+    Rotation happens at a commit, so a transaction never spans two files; 0 means no limit. ``format``:
+    "binlogd" (ARCHITECTURE.md's change events) or "debezium" (:mod:`library.debezium`, whose ``source.name``
+    is ``server_name``).
+
+    Raises (construction):
+        ValueError: an unknown format.
     """
 
     def __init__(self, directory: str | os.PathLike, max_file_bytes: int = 256 << 20,
-                 max_file_seconds: float = 3600, fsync: bool = True):
+                 max_file_seconds: float = 3600, fsync: bool = True, format: str = "binlogd",
+                 server_name: str = DEFAULT_SERVER_NAME):
         self.directory = Path(directory)
         self.max_file_bytes, self.max_file_seconds, self.fsync = max_file_bytes, max_file_seconds, fsync
+        self._json, self._lines = formatter(format, server_name), rows_writer(format, server_name)
         self._fh = None
         self._unsynced: list[int] = []  # flushed, not yet handed over: dups of the file descriptors (consumer only)
         self._syncing: list[int] = []   # handed over by begin_sync(): what sync() fsyncs and closes (worker only)
@@ -80,12 +86,12 @@ class JsonLinesSink(Sink):
 
     def change(self, change: dict) -> None:
         try:
-            self._fh.write(dumps(change) + b"\n")
+            self._fh.write(self._json(change) + b"\n")
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
-        lines, n = change_lines(event, file, gtid)
+        lines, n = self._lines(event, file, gtid)
         try:
             self._fh.write(lines)
         except OSError as exc:

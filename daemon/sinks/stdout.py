@@ -9,22 +9,29 @@ from __future__ import annotations
 
 import sys
 
-from binlogd.library.jsonrows import change_lines
-from binlogd.library.serialize import dumps
+from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
 from binlogd.protocol.events import RowsEvent
 
 from .base import Sink, SinkError
 
 
 class StdoutSink(Sink):
-    def __init__(self, stream=None):
+    """Change events on ``stream`` (default: standard output's bytes), in ``format`` "binlogd" or "debezium"
+    (:mod:`library.debezium`, whose ``source.name`` is ``server_name``).
+
+    Raises (construction):
+        ValueError: an unknown format.
+    """
+
+    def __init__(self, stream=None, format: str = "binlogd", server_name: str = DEFAULT_SERVER_NAME):
         self._out = stream or sys.stdout.buffer
+        self._json, self._lines = formatter(format, server_name), rows_writer(format, server_name)
 
     def change(self, change: dict) -> None:
-        self._out.write(dumps(change) + b"\n")
+        self._out.write(self._json(change) + b"\n")
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
-        lines, n = change_lines(event, file, gtid)
+        lines, n = self._lines(event, file, gtid)
         self._out.write(lines)
         return n
 

@@ -12,11 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemon import (
-    DaemonProcess,
-    base_overrides,
-    wait_caught_up,
-)
+from tests.support.daemon import daemon_following, halting, wait_caught_up
 from tests.support.faults import (
     SCHEMA,
     SLOW_SERVER_KILLS,
@@ -26,7 +22,6 @@ from tests.support.faults import (
     check_exactly_once,
     create_tables,
     local_server,
-    metrics_port,
     scrape_metric,
 )
 from tests.support.proxy import FaultProxy
@@ -45,15 +40,13 @@ def run_primary_crashes(tmp_path: Path, total: int | None, kills: int, mode: str
     with local_server(binaries=binaries) as srv:
         create_tables(srv)
         start = "current" if mode == "gtid" else f"file:{srv.binlog_files()[0].name}:4"
-        o = base_overrides(srv, tmp_path, **{"source.start": start, "filters.include_schemas": SCHEMA,
-                                             "reconnect.initial_seconds": "0.1", "reconnect.max_seconds": "0.8"})
-        cp_path = tmp_path / "checkpoint.json"
-        daemon = DaemonProcess(o)
         writer = Writer(srv, total=total, rate=None if total else 300, big_every=40, seed=seed)
         backoffs: list[list[float]] = []
-        try:
-            daemon.wait_streaming()
-            port = metrics_port(daemon)
+        with daemon_following(srv, tmp_path, stop="none", **{
+                "source.start": start, "filters.include_schemas": SCHEMA, "reconnect.initial_seconds": "0.1",
+                "reconnect.max_seconds": "0.8"}) as daemon, halting(writer):
+            cp_path = daemon.checkpoint
+            port = daemon.metrics_port()
             writer.start()
             per_kill = (total or 0) // (kills + 1)
             for i in range(kills):
@@ -94,10 +87,6 @@ def run_primary_crashes(tmp_path: Path, total: int | None, kills: int, mode: str
             print(f"[primary crashes, {mode}] {kills} server SIGKILLs, reconnects_total={reconnects:g}, "
                   f"backoff delays per outage {backoffs}")
             return stats
-        finally:
-            writer.halt()
-            if daemon.running:
-                daemon.kill()
 
 
 def test_primary_sigkill_restart_new_binlog(tmp_path, server_binaries):
@@ -114,42 +103,35 @@ def test_primary_sigkill_restart_new_binlog_slow(tmp_path, mode):
 def test_backoff_delays_as_logged(mariadb, tmp_path):
     """Reconnect delays double up to the cap, start over after a session that streamed, and the
     "reconnecting in Xs" line states the delay really waited (jitter 0; attempts timed at the proxy)."""
-    with FaultProxy(mariadb.host, mariadb.port) as proxy:
-        o = base_overrides(mariadb, tmp_path, **{"source.port": str(proxy.port), "source.tls.mode": "disabled",
-                                                 "reconnect.initial_seconds": "0.1", "reconnect.max_seconds": "0.8",
-                                                 "reconnect.jitter": "0",
-                                                 # the replication connection only: no schema lookups through the proxy
-                                                 "schema.source": "none"})
-        daemon = DaemonProcess(o)
+    with FaultProxy(mariadb.host, mariadb.port) as proxy, daemon_following(mariadb, tmp_path, stop="none", **{
+            "source.port": str(proxy.port), "source.tls.mode": "disabled", "reconnect.initial_seconds": "0.1",
+            "reconnect.max_seconds": "0.8", "reconnect.jitter": "0",
+            # the replication connection only: no schema lookups through the proxy
+            "schema.source": "none"}) as daemon:
         report = []
-        try:
-            daemon.wait_streaming()
-            for outage in range(2):
-                mark, first = len(daemon.lines), len(proxy.conns)
-                streaming = proxy.wait_dump(count=outage + 1)
-                refused0 = proxy.counters.refused
-                proxy.refuse = True
-                proxy.close_all()
-                proxy.wait_for(lambda p, r=refused0: p.counters.refused >= r + 5, 30, "five refused attempts")
-                proxy.refuse = False
-                daemon.wait_streaming(nth=outage + 2)
-                logged = [float(m.group(1)) for ln in daemon.lines[mark:] if (m := _BACKOFF.search(ln))]
-                attempts = proxy.conns[first:]
-                failed_at = [streaming.closed_at] + [c.closed_at for c in attempts[:-1]]
-                actual = [round(c.opened_at - f, 2) for c, f in zip(attempts, failed_at)]
-                report.append((logged, actual))
-            print(f"\n[backoff] (logged, waited) per outage: {report}")
-            for _logged, actual in report:  # the backoff itself
-                for want, got in zip([0.1, 0.2, 0.4, 0.8, 0.8], actual):
-                    assert want - 0.05 <= got <= want + 0.25, \
-                        f"the delays waited do not double from 0.1 s to the 0.8 s cap: (logged, waited) {report}"
-            for logged, actual in report:  # what the log says about it
-                for i, (want, got) in enumerate(zip(logged, actual)):
-                    assert want - 0.05 <= got <= want + 0.25, (
-                        f"retry #{i + 1}: logged 'reconnecting in {want}s' but waited {got}s; "
-                        f"(logged, waited) per outage: {report}")
-        finally:
-            if daemon.running:
-                daemon.kill()
+        for outage in range(2):
+            mark, first = len(daemon.lines), len(proxy.conns)
+            streaming = proxy.wait_dump(count=outage + 1)
+            refused0 = proxy.counters.refused
+            proxy.refuse = True
+            proxy.close_all()
+            proxy.wait_for(lambda p, r=refused0: p.counters.refused >= r + 5, 30, "five refused attempts")
+            proxy.refuse = False
+            daemon.wait_streaming(nth=outage + 2)
+            logged = [float(m.group(1)) for ln in daemon.lines[mark:] if (m := _BACKOFF.search(ln))]
+            attempts = proxy.conns[first:]
+            failed_at = [streaming.closed_at] + [c.closed_at for c in attempts[:-1]]
+            actual = [round(c.opened_at - f, 2) for c, f in zip(attempts, failed_at)]
+            report.append((logged, actual))
+        print(f"\n[backoff] (logged, waited) per outage: {report}")
+        for _logged, actual in report:  # the backoff itself
+            for want, got in zip([0.1, 0.2, 0.4, 0.8, 0.8], actual):
+                assert want - 0.05 <= got <= want + 0.25, \
+                    f"the delays waited do not double from 0.1 s to the 0.8 s cap: (logged, waited) {report}"
+        for logged, actual in report:  # what the log says about it
+            for i, (want, got) in enumerate(zip(logged, actual)):
+                assert want - 0.05 <= got <= want + 0.25, (
+                    f"retry #{i + 1}: logged 'reconnecting in {want}s' but waited {got}s; "
+                    f"(logged, waited) per outage: {report}")
 
 

@@ -1,5 +1,6 @@
 """``binlogd run`` and ``binlogd demo`` as processes (issue 19, small items): Ctrl-C in their first
-moments, the warning for a password given with ``--set``, core dumps turned off.
+moments, the warning for a password given with ``--set``, core dumps turned off; the demo's temp dirs
+(issue 29): none left after a Ctrl-C or a SIGTERM at any moment, each demo run with a TMPDIR of its own.
 
 Each command starts in a session of its own and gets SIGINT as a terminal sends it (to the group);
 the delays count from the moment Python itself has started (tests/support/processes.py), so they
@@ -11,9 +12,13 @@ rest under the guard).
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,9 +34,10 @@ def _run_args(tmp_path) -> list[str]:
     return ["run", *UNREACHABLE, "--set", f"checkpoint.path={tmp_path}/cp.json", "--set", f"sink.path={tmp_path}/sink"]
 
 
-def _interrupt_after(argv: list[str], delay: float, timeout: float = 60) -> tuple[int, str, list[str]]:
+def _interrupt_after(argv: list[str], delay: float, timeout: float = 60,
+                     env: dict | None = None) -> tuple[int, str, list[str]]:
     """Start ``binlogd ARGV``, Ctrl-C ``delay`` s after Python started; (exit code, stderr, group left)."""
-    proc = processes.spawn(*argv)
+    proc = processes.spawn(*argv, env=env)
     stderr = processes.Stderr(proc)
     try:
         stderr.wait_for(processes.STARTED)
@@ -52,12 +58,57 @@ def test_early_ctrl_c_of_run_exits_without_a_traceback(delay, tmp_path):
     assert left == []
 
 
-@pytest.mark.parametrize("delay", [0.1, 0.3, 0.8, 1.5])
-def test_early_ctrl_c_of_demo_exits_and_leaves_no_server(delay):
-    rc, err, left = _interrupt_after(["demo"], delay)
+@pytest.fixture
+def private_tmp():
+    """A TMPDIR of the demo's own (short: the server's socket lives in it), sharing the machine's
+    server templates, so that whatever temp dir the demo leaves is found there whatever runs beside it."""
+    shared = Path(tempfile.gettempdir()) / f"binlogd-localserver-{os.geteuid()}"
+    shared.mkdir(mode=0o700, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bt-", dir="/tmp"))
+    (tmp / shared.name).symlink_to(shared)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _left_dirs(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("binlogd-srv-", "binlogd-demo-", "bld-sock-")))
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.5, 0.8, 1.5])
+def test_early_ctrl_c_of_demo_exits_and_leaves_no_server(delay, private_tmp):
+    rc, err, left = _interrupt_after(["demo"], delay, env={**os.environ, "TMPDIR": str(private_tmp)})
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert rc in (0, 130), err
     assert left == [], "left running after the demo exited"
+    assert _left_dirs(private_tmp) == [], f"temp dirs left by the demo; stderr:\n{err}"
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.5, 0.8, 1.5, None])
+def test_sigterm_of_demo_exits_and_leaves_nothing(delay, private_tmp):
+    """SIGTERM to the demo alone (as a service manager sends it) while it starts its server (exit 143) or
+    once it streams (None: the daemon stops cleanly, exit 0): the server is gone, and so are its temp dirs."""
+    proc = processes.spawn("demo", env={**os.environ, "TMPDIR": str(private_tmp)})
+    stderr = processes.Stderr(proc)
+    try:
+        if delay is None:
+            stderr.wait_for("streaming from", timeout=120)
+        else:
+            stderr.wait_for(processes.STARTED)
+            time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+        err = stderr.close()
+        left = processes.wait_group_gone(proc.pid)
+    finally:
+        proc.kill()
+        processes.kill_group(proc.pid)
+    assert "Traceback" not in err, err
+    # -15: SIGTERM came before main() turned it into an exit, when nothing had been made yet (a busy machine)
+    assert rc in ((0,) if delay is None else (0, 143, -signal.SIGTERM)), err
+    assert left == [], "left running after the demo exited"
+    assert _left_dirs(private_tmp) == [], f"temp dirs left by the demo; stderr:\n{err}"
 
 
 def _started_daemon(tmp_path, *extra: str, env: dict | None = None):

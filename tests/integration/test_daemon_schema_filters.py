@@ -15,12 +15,11 @@ Filters (``mariadb``): include/exclude schema and table patterns and event types
 changes reach the sink, and the checkpoint still reaches the server's position when the last
 transactions are all filtered out.
 
-The daemon runs as ``binlogd run`` (subprocess, ``running_daemon``: SIGTERM, exit 0 asserted).
+The daemon runs as ``binlogd run`` (subprocess, ``daemon_following``: SIGTERM, exit 0 asserted).
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections import Counter
 
@@ -28,21 +27,18 @@ import pytest
 
 from tests.support.daemon import (
     assert_sink_matches,
-    base_overrides,
+    daemon_following,
     master_status,
     metric,
     parse_metrics,
     read_changes,
     replay,
-    running_daemon,
     scrape,
     table_rows,
     wait_caught_up,
 )
 
 pytestmark = pytest.mark.server
-
-METRICS_LINE = re.compile(r"metrics on http://[^ ]*:(\d+)/metrics")
 
 DDL_T = """CREATE TABLE t (
   id INT NOT NULL PRIMARY KEY,
@@ -90,8 +86,7 @@ def _mine(changes: list[dict], db: str, table: str | None = None) -> list[dict]:
 @pytest.mark.parametrize("source", ["auto", "information_schema"])
 def test_schema_source_names_from_information_schema(mariadb_minimal, minimal_db, tmp_path, source):
     server, db = mariadb_minimal, minimal_db
-    overrides = base_overrides(server, tmp_path, **{"schema.source": source})
-    with running_daemon(overrides) as daemon:
+    with daemon_following(server, tmp_path, **{"schema.source": source}) as daemon:
         _write_t(server, db)
         server.sql("CREATE TABLE g (id INT PRIMARY KEY, a VARCHAR(10))", database=db)
         server.sql("INSERT INTO g VALUES (1, 'one'), (2, 'two')", database=db)
@@ -127,9 +122,8 @@ def test_schema_source_names_from_information_schema(mariadb_minimal, minimal_db
 
 def test_schema_source_none_unnamed_columns(mariadb_minimal, minimal_db, tmp_path):
     server, db = mariadb_minimal, minimal_db
-    overrides = base_overrides(server, tmp_path, **{"schema.source": "none"})
-    with running_daemon(overrides) as daemon:
-        port = int(METRICS_LINE.search(daemon.wait_for_line(METRICS_LINE, timeout=10)).group(1))
+    with daemon_following(server, tmp_path, **{"schema.source": "none"}) as daemon:
+        port = daemon.metrics_port(timeout=10)
         _write_t(server, db)
         wait_caught_up(server, tmp_path / "checkpoint.json", daemon=daemon)
         samples = parse_metrics(scrape(port)[1])
@@ -223,8 +217,7 @@ FILTER_CASES = {
 def test_filters_select_changes_and_checkpoint_advances(mariadb, fresh_db, second_db, tmp_path, case):
     a, b = fresh_db, second_db
     make_overrides, selected = FILTER_CASES[case]
-    overrides = base_overrides(mariadb, tmp_path, **make_overrides(a, b))
-    with running_daemon(overrides) as daemon:
+    with daemon_following(mariadb, tmp_path, **make_overrides(a, b)) as daemon:
         written = _workload(mariadb, [a, b])
         cp = wait_caught_up(mariadb, tmp_path / "checkpoint.json", daemon=daemon)
         file, pos = master_status(mariadb)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -56,3 +57,36 @@ def test_demo_two_ctrl_c_exit_and_stop_the_server():
         if "second SIGINT: exiting now" in _press_ctrl_c_twice():
             return
     raise AssertionError("the second Ctrl-C never landed while the daemon was stopping")
+
+
+def test_demo_through_a_closed_pipe_exits_zero_quietly():
+    """``binlogd demo | head -n 1`` under pipefail: the demo stops once its reader has gone, exit 0, with no
+    error, no traceback and no broken pipe on stderr; the one line is a change event."""
+    proc = subprocess.run(["bash", "-c", 'set -o pipefail; "$@" | head -n 1', "bash", sys.executable, "-m",
+                           "binlogd.cli", "demo", "--rate", "20", "--seconds", "90"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    change = json.loads(proc.stdout)
+    assert change["schema"] == "demo" and change["op"] in ("insert", "update", "delete")
+    assert "standard output was closed" in proc.stderr, proc.stderr
+    for bad in ("Traceback", "Broken pipe", "ERROR", "Exception ignored"):
+        assert bad not in proc.stderr, proc.stderr
+    assert "the daemon exited with 0" in proc.stderr
+
+
+def test_demo_leaves_no_temp_dir(tmp_path):
+    """A whole run with a TMPDIR of its own (short enough for the server's socket): nothing left in it."""
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.gettempdir()) / f"binlogd-localserver-{os.geteuid()}"
+    shared.mkdir(mode=0o700, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bt-", dir="/tmp"))
+    try:
+        (tmp / shared.name).symlink_to(shared)
+        proc = subprocess.run([sys.executable, "-m", "binlogd.cli", "demo", "--seconds", "2"], cwd=REPO,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp)})
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(p.name for p in tmp.iterdir()) == [shared.name], proc.stderr
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -22,18 +22,17 @@ import time
 
 import pytest
 
-from tests.support.daemon import DaemonProcess, read_changes, read_checkpoint, wait_until
+from tests.support.daemon import daemon_following, halting, read_changes, read_checkpoint, wait_until
 from tests.support.faults import (
     SCHEMA,
     SLOW_SERVER_KILLS,
     Writer,
     check_exactly_once,
     create_tables,
-    metrics_port,
     scrape_metric,
 )
 from tests.support.proxy import FaultProxy
-from tests.support.replication import Pair, gtid_pos, hosts_overrides, wait_gtids
+from tests.support.replication import Pair, gtid_pos, wait_gtids
 
 pytestmark = pytest.mark.server
 
@@ -68,37 +67,30 @@ def sink_state(tmp_path) -> tuple:
 # =========================================================================== 1. crash + promotion
 def run_crash_and_promotion(pair: Pair, tmp_path, seed: int) -> dict:
     old, replica = pair.primary, pair.replica
-    with FaultProxy("127.0.0.1", old.port) as proxy:
-        o = hosts_overrides([proxy.port, replica.port], tmp_path, **{
-            "source.heartbeat_seconds": "5", "filters.include_schemas": SCHEMA})
-        daemon = DaemonProcess(o)
-        writer = writer_on(pair, rate=200, big_every=50, seed=seed)
-        try:
-            daemon.wait_streaming()
-            port = metrics_port(daemon)
-            writer.start()
-            writer.wait_count(300, timeout=120)
-            wait_until(lambda: len(read_changes(tmp_path / "sink", strict=False)) > 500, 60, what="changes")
-            proxy.refuse = True          # binlogd gets nothing more from the old primary ...
-            proxy.stall(120)
-            seen = gtid_pos(old)         # ... than this, which the replica must have before the crash
-            pair.wait_replica(seen)
-            old.kill()                   # the writer is committing: some of its transactions die with it
-            new = pair.promote()
-            writer.wait_count(writer.count + 300, timeout=120)
-            writer.stop()
-            cp = wait_gtids(new, tmp_path / "checkpoint.json", timeout=120, daemon=daemon)
-            (line,) = [ln for ln in daemon.lines if FAILOVER.search(ln)]
-            source, target, at = FAILOVER.search(line).groups()
-            assert (source, target) == (address(proxy.port), address(new.port))
-            assert scrape_metric(port, "binlogd_failovers_total") == 1
-            assert scrape_metric(port, "binlogd_source_info", host=address(new.port), server_id="2") == 1
-            assert cp["source"]["host"] == address(new.port) and cp["source"]["server_id"] == 2
-            assert daemon.terminate() == 0, daemon.stderr
-        finally:
-            writer.halt()
-            if daemon.running:
-                daemon.kill()
+    writer = writer_on(pair, rate=200, big_every=50, seed=seed)
+    with FaultProxy("127.0.0.1", old.port) as proxy, daemon_following(
+            [proxy.port, replica.port], tmp_path, stop="none",
+            **{"source.heartbeat_seconds": "5", "filters.include_schemas": SCHEMA}) as daemon, halting(writer):
+        port = daemon.metrics_port()
+        writer.start()
+        writer.wait_count(300, timeout=120)
+        wait_until(lambda: len(read_changes(tmp_path / "sink", strict=False)) > 500, 60, what="changes")
+        proxy.refuse = True          # binlogd gets nothing more from the old primary ...
+        proxy.stall(120)
+        seen = gtid_pos(old)         # ... than this, which the replica must have before the crash
+        pair.wait_replica(seen)
+        old.kill()                   # the writer is committing: some of its transactions die with it
+        new = pair.promote()
+        writer.wait_count(writer.count + 300, timeout=120)
+        writer.stop()
+        cp = wait_gtids(new, tmp_path / "checkpoint.json", timeout=120, daemon=daemon)
+        (line,) = [ln for ln in daemon.lines if FAILOVER.search(ln)]
+        source, target, at = FAILOVER.search(line).groups()
+        assert (source, target) == (address(proxy.port), address(new.port))
+        assert scrape_metric(port, "binlogd_failovers_total") == 1
+        assert scrape_metric(port, "binlogd_source_info", host=address(new.port), server_id="2") == 1
+        assert cp["source"]["host"] == address(new.port) and cp["source"]["server_id"] == 2
+        assert daemon.terminate() == 0, daemon.stderr
     return check_exactly_once(new, tmp_path / "sink", writer, f"failover after a primary crash, at GTID {at}")
 
 
@@ -117,12 +109,10 @@ def test_primary_killed_during_load_replica_promoted_repeated(server_binaries, t
 
 # =========================================================================== 2. planned switchover
 def run_switchovers(pair: Pair, tmp_path, rounds: int) -> dict:
-    o = hosts_overrides([pair.primary.port, pair.replica.port], tmp_path, **{"filters.include_schemas": SCHEMA})
-    daemon = DaemonProcess(o)
     writer = writer_on(pair, rate=150, seed=142)
-    try:
-        daemon.wait_streaming()
-        port = metrics_port(daemon)
+    with daemon_following([pair.primary.port, pair.replica.port], tmp_path, stop="none",
+                          **{"filters.include_schemas": SCHEMA}) as daemon, halting(writer):
+        port = daemon.metrics_port()
         writer.start()
         for i in range(rounds):
             writer.wait_count(writer.count + 200, timeout=120)
@@ -142,10 +132,6 @@ def run_switchovers(pair: Pair, tmp_path, rounds: int) -> dict:
         wait_gtids(pair.primary, tmp_path / "checkpoint.json", timeout=120, daemon=daemon)
         assert scrape_metric(port, "binlogd_failovers_total") == rounds
         assert daemon.terminate() == 0, daemon.stderr
-    finally:
-        writer.halt()
-        if daemon.running:
-            daemon.kill()
     stats = check_exactly_once(pair.primary, tmp_path / "sink", writer, f"{rounds} switchovers")
     assert not stats["acked_lost_by_server"]
     return stats
@@ -163,10 +149,8 @@ def test_planned_switchover_many(pair, tmp_path):
 # =========================================================================== 3. diverged replica
 def test_diverged_replica_exits_9_naming_the_missing_gtids(pair, tmp_path):
     old, replica = pair.primary, pair.replica
-    o = hosts_overrides([old.port, replica.port], tmp_path, **{"source.failover_timeout_seconds": "4"})
-    daemon = DaemonProcess(o)
-    try:
-        daemon.wait_streaming()
+    with daemon_following([old.port, replica.port], tmp_path, stop="none",
+                          **{"source.failover_timeout_seconds": "4"}) as daemon:
         old.sql(f"INSERT INTO {SCHEMA}.b VALUES (1, 1, 'both have it')")
         pair.wait_replica()
         replica_has = gtid_pos(replica)
@@ -180,9 +164,6 @@ def test_diverged_replica_exits_9_naming_the_missing_gtids(pair, tmp_path):
         pair.promote()
         replica.sql(f"INSERT INTO {SCHEMA}.b VALUES (100, 100, 'written after the promotion')")
         rc = daemon.wait(timeout=90)
-    finally:
-        if daemon.running:
-            daemon.kill()
     assert rc == 9, daemon.stderr
     last = daemon.lines[-1]
     assert "no usable source after" in last
@@ -197,14 +178,11 @@ def test_diverged_replica_exits_9_naming_the_missing_gtids(pair, tmp_path):
 # =========================================================================== 4. every host down
 def test_all_hosts_down_then_one_back(pair, tmp_path):
     old, replica = pair.primary, pair.replica
-    o = hosts_overrides([old.port, replica.port], tmp_path, **{
-        "source.failover_timeout_seconds": "2", "reconnect.initial_seconds": "0.1", "reconnect.max_seconds": "0.8",
-        "reconnect.jitter": "0", "filters.include_schemas": SCHEMA})
-    daemon = DaemonProcess(o)
     writer = writer_on(pair, total=150, seed=144)
     second = writer
-    try:
-        daemon.wait_streaming()
+    with daemon_following([old.port, replica.port], tmp_path, stop="none", **{
+            "source.failover_timeout_seconds": "2", "reconnect.initial_seconds": "0.1", "reconnect.max_seconds": "0.8",
+            "reconnect.jitter": "0", "filters.include_schemas": SCHEMA}) as daemon, halting(writer):
         writer.start()
         writer.wait_count(150, timeout=120)
         writer.stop()
@@ -228,10 +206,6 @@ def test_all_hosts_down_then_one_back(pair, tmp_path):
         wait_gtids(new, tmp_path / "checkpoint.json", timeout=120, daemon=daemon)
         assert daemon.count(rf"failover from {address(old.port)} to {address(new.port)} at GTID") == 1
         assert daemon.terminate() == 0, daemon.stderr
-    finally:
-        writer.halt()
-        if daemon.running:
-            daemon.kill()
     second.committed.update(writer.committed)
     stats = check_exactly_once(new, tmp_path / "sink", second, "every host down, then one back")
     assert stats["in_sink"] == 250

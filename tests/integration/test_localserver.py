@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pymysql
 import pytest
 
 from binlogd.cli.localserver import LocalServer
+from tests.support import processes
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.server
 
@@ -155,3 +164,62 @@ def test_from_root_names_a_root_without_a_server(tmp_path) -> None:
 
     with pytest.raises(ServerNotFound, match="holds no unpacked MariaDB server"):
         ServerBinaries.from_root(tmp_path)
+
+
+# --------------------------------------------------------------------------- temp dirs never outlive us (issue 29)
+
+
+def _private_tmp() -> Path:
+    """A short TMPDIR of a test's own that shares the machine's server templates."""
+    shared = Path(tempfile.gettempdir()) / f"binlogd-localserver-{os.geteuid()}"
+    shared.mkdir(mode=0o700, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bt-", dir="/tmp"))
+    (tmp / shared.name).symlink_to(shared)
+    return tmp
+
+
+def _ours(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(("binlogd-srv-", "bld-sock-")))
+
+
+def test_a_server_never_cleaned_up_is_removed_at_exit() -> None:
+    """A process that starts a LocalServer and exits without stopping it: the server is killed and its temp
+    dir removed at interpreter exit."""
+    code = ("from binlogd.cli.localserver import LocalServer; s = LocalServer().start(); "
+            "print(s.basedir, s.pid, flush=True)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    basedir, pid = proc.stdout.split()
+    assert basedir.startswith(tempfile.gettempdir()) and not Path(basedir).exists()
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("delay", [0.15, 0.3, 0.6, 1.0, None])
+def test_a_signal_at_any_moment_leaves_no_temp_dir(signum, delay) -> None:
+    """``python -m binlogd.cli.localserver`` signalled while it starts (``delay`` s after Python started) or
+    once it serves (None): exit 0, 130 or 143 without a traceback, no server left, no temp dir left."""
+    tmp = _private_tmp()
+    code = ("import sys; print('started', file=sys.stderr, flush=True); "
+            "from binlogd.cli.localserver import main; sys.exit(main())")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        assert proc.stderr.readline().strip() == "started"
+        if delay is None:
+            assert "Ctrl-C stops it" in proc.stdout.readline()
+        else:
+            time.sleep(delay)
+        proc.send_signal(signum)
+        rc = proc.wait(60)
+        err = proc.stderr.read()
+        left = processes.wait_group_gone(proc.pid)
+        assert "Traceback" not in err, err
+        # -15: SIGTERM came before main() turned it into an exit, when nothing had been made yet
+        assert rc in (0, 130, 143, -signal.SIGTERM), (rc, err)
+        assert left == [], "a server outlived the process"
+        assert _ours(tmp) == [], f"temp dirs left; stderr:\n{err}"
+    finally:
+        proc.kill()
+        processes.kill_group(proc.pid)
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -59,7 +59,7 @@ def test_daemon_on_minimal_metadata_gives_the_full_servers_change_events(mariadb
     minimal = _follow(mariadb_minimal, tmp_path / "minimal", db, f"{files[0].name}:4")
     assert len(full) == 18 and not any(positional(c) for c in full)
     assert minimal == full
-    history = tmp_path / "minimal" / "schema-history.jsonl"
+    history = tmp_path / "minimal" / "checkpoint.schema-history.jsonl"
     entries = read_history(history)
     assert {e.table for e in entries if e.schema == db and e.source == "ddl"} >= {"t", "t2", "t3", "ttmp"}
     # dump over the same files, from the daemon's history (the first file's start: the seed is all it has there)
@@ -151,7 +151,7 @@ def test_sigkill_in_the_middle_of_ddl_keeps_history_and_checkpoint_consistent(ma
             daemon.kill()
     assert kills >= 10 and len(full) == 3 * 18
     assert _changes(tmp_path, db) == full                 # exactly once, every name right
-    entries = read_history(tmp_path / "schema-history.jsonl")
+    entries = read_history(tmp_path / "checkpoint.schema-history.jsonl")
     keys = [(e.file, e.pos, e.schema, e.table, e.source) for e in entries]
     assert len(keys) == len(set(keys)), "an entry was written twice"
     end = checkpoint["position"]
@@ -165,7 +165,7 @@ def test_spark_and_dump_name_archived_minimal_files_as_the_daemon_did(mariadb_mi
     db = _db("spark")
     files = run(mariadb_minimal, db, WORKLOAD)
     daemon = _follow(mariadb_minimal, tmp_path, db, f"{files[0].name}:4")
-    history = tmp_path / "schema-history.jsonl"
+    history = tmp_path / "checkpoint.schema-history.jsonl"
     rows = (spark.read.format("binlog").option("shape", "changes").option("schemaHistory", str(history))
             .load([str(f) for f in files]).where(f"schema = '{db}'").orderBy("file", "pos", "row").collect())
     got = [(r["op"], r["schema"], r["table"], json.loads(r["before"]) if r["before"] else None,

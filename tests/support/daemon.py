@@ -3,6 +3,8 @@
 - :class:`DaemonProcess` / :func:`running_daemon`: ``binlogd run`` as a subprocess with ``--set``
   overrides, its stderr collected line by line by a thread; wait for a log line, stop it with
   SIGTERM (expecting exit 0) or SIGKILL.
+- :func:`daemon_following`: the server-plus-daemon setup: a daemon following one server or a failover set
+  of ports, with its checkpoint and sink in a work directory, stopped and reaped on the way out.
 - :func:`read_changes`: every change event of a JSON-lines sink directory, in file order.
 - :func:`replay`: apply insert/update/delete by primary key, checking each change against the
   state it applies to (an insert of a present key, or an update/delete whose ``before`` differs
@@ -34,6 +36,7 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 from binlogd.daemon.service import Daemon
 
@@ -177,6 +180,10 @@ class DaemonProcess:
     def running(self) -> bool:
         return self.proc.poll() is None
 
+    def metrics_port(self, timeout: float = 30.0) -> int:
+        """The port of its "metrics on http://…:PORT/metrics" line."""
+        return int(METRICS_PORT.search(self.wait_for_line(METRICS_PORT, timeout)).group(1))
+
 
 @contextlib.contextmanager
 def running_daemon(overrides: dict[str, str], *, wait_streaming: bool = True, stop: str = "term",
@@ -199,6 +206,70 @@ def running_daemon(overrides: dict[str, str], *, wait_streaming: bool = True, st
     finally:
         if d.running:
             d.kill()
+
+
+METRICS_PORT = re.compile(r"metrics on http://[^ ]*:(\d+)/metrics")
+
+
+def following_overrides(source, workdir: Path, **settings) -> dict[str, str]:
+    """``--set`` values for a daemon following ``source`` with its checkpoint and sink in ``workdir``.
+
+    ``source`` is one server (``host``, ``port``, ``repl_user``, ``repl_password``: :func:`base_overrides`), or a
+    list of ports on 127.0.0.1 (``source.hosts`` in that order, the LocalServer replication account, TLS off:
+    a failover set followed by GTID). ``settings`` as :func:`base_overrides`' ``extra``.
+    """
+    if not isinstance(source, (list, tuple)):
+        return base_overrides(source, workdir, **settings)
+    from binlogd.cli.localserver import LocalServer
+
+    account = SimpleNamespace(host="", port=0, repl_user=LocalServer.repl_user,
+                              repl_password=LocalServer.repl_password)
+    out = base_overrides(account, workdir, **settings)
+    del out["source.host"], out["source.port"]
+    out["source.hosts"] = ",".join(f"127.0.0.1:{port}" for port in source)
+    out.setdefault("source.tls.mode", "disabled")
+    return out
+
+
+@contextlib.contextmanager
+def daemon_following(source, workdir: Path, *, wait_streaming: bool = True, stop: str = "term",
+                     env: dict | None = None, **settings) -> Iterator[DaemonProcess]:
+    """The server-plus-daemon setup of the daemon's end-to-end tests: ``binlogd run`` following ``source`` (one
+    server, or a list of ports: :func:`following_overrides`) with its checkpoint and sink in ``workdir``.
+
+    Yields the :class:`DaemonProcess`, with ``checkpoint`` and ``sink`` (the paths in ``workdir``) set and
+    :meth:`DaemonProcess.metrics_port`. ``wait_streaming``: first wait for its "streaming from" line. On the
+    way out, ``stop``: "term" SIGTERMs it and asserts exit 0 (when it still runs and the block raised
+    nothing), "kill" SIGKILLs it, "none" leaves it to the block; a survivor is always SIGKILLed, and its
+    stderr never shows the password.
+    """
+    overrides = following_overrides(source, workdir, **settings)
+    d = DaemonProcess(overrides, env)
+    d.checkpoint, d.sink = Path(overrides["checkpoint.path"]), Path(overrides["sink.path"])
+    try:
+        if wait_streaming:
+            d.wait_streaming()
+        yield d
+        if stop == "term" and d.running:
+            rc = d.terminate()
+            assert rc == 0, f"binlogd exited {rc} on SIGTERM; stderr:\n{d.stderr}"
+        elif stop == "kill":
+            d.kill()
+        secret = overrides.get("source.password")
+        if secret and d.proc.poll() is not None:
+            assert secret not in d.stderr, f"the password appears on binlogd's stderr:\n{d.stderr}"
+    finally:
+        if d.running:
+            d.kill()
+
+
+@contextlib.contextmanager
+def halting(writer):
+    """The block, then ``writer.halt()`` however it ends (a load writer of :mod:`tests.support.faults`)."""
+    try:
+        yield writer
+    finally:
+        writer.halt()
 
 
 def run_to_exit(overrides: dict[str, str], timeout: float = 60.0, env: dict | None = None) -> tuple[int, str]:

@@ -23,12 +23,11 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from binlogd.cli.localserver import LocalServer
 from binlogd.cli.serverbins import ServerBinaries
 from binlogd.protocol.gtid import MariadbGtidList
-from tests.support.daemon import base_overrides, read_checkpoint
+from tests.support.daemon import following_overrides, read_checkpoint
 
 ROW_ARGS = ("--binlog-row-metadata=FULL", "--gtid-strict-mode=ON", "--log-slave-updates")
 APP_USER, APP_PASSWORD = "app", "apppass"
@@ -161,13 +160,8 @@ def slave_status(server: LocalServer) -> dict:
 
 def hosts_overrides(ports, workdir, **extra) -> dict[str, str]:
     """``--set`` values for a daemon following the servers on 127.0.0.1:``ports`` (in that order) by GTID,
-    with its checkpoint and sink in ``workdir`` (see :func:`tests.support.daemon.base_overrides`)."""
-    out = base_overrides(SimpleNamespace(host="", port=0, repl_user=LocalServer.repl_user,
-                                         repl_password=LocalServer.repl_password), workdir, **extra)
-    del out["source.host"], out["source.port"]
-    out["source.hosts"] = ",".join(f"127.0.0.1:{port}" for port in ports)
-    out.setdefault("source.tls.mode", "disabled")
-    return out
+    with its checkpoint and sink in ``workdir`` (see :func:`tests.support.daemon.following_overrides`)."""
+    return following_overrides(list(ports), workdir, **extra)
 
 
 def wait_gtids(server: LocalServer, checkpoint: Path, timeout: float = 60.0, daemon=None) -> dict:

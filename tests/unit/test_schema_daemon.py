@@ -146,7 +146,8 @@ def mismatches(metrics, table="t"):
 
 
 def test_history_path_defaults_beside_the_checkpoint():
-    assert str(history_path("", "/var/lib/binlogd/checkpoint.json")) == "/var/lib/binlogd/schema-history.jsonl"
+    assert str(history_path("", "/var/lib/binlogd/checkpoint.json")) == \
+        "/var/lib/binlogd/checkpoint.schema-history.jsonl"
     assert str(history_path("/x/h.jsonl", "/var/lib/binlogd/checkpoint.json")) == "/x/h.jsonl"
 
 
@@ -187,6 +188,7 @@ async def test_ddl_entries_are_written_before_follow_returns_and_a_restart_start
     assert [e.table for e in read_history(tmp_path / "h.jsonl")][-1] == "t"
     assert schema.lookup("d", "t").names == ("id", "w")
     # a restart (or reconnect) from a checkpoint taken before that DDL: the old names until the stream passes it
+    await schema.close()          # (a restart: the history's lock goes with the old process)
     again, _ = make(FakeServer(now=("b.000001", 100)))
     await again.open("b.000001", 100)
     assert again.lookup("d", "t").names == ("id", "v")
@@ -320,6 +322,7 @@ async def test_a_lazy_seed_waits_for_a_selected_table_and_is_not_repeated_after_
     assert schema.lookup("d", "k") is None
     await follow(schema, table_map(260, (Column(0, T.LONGLONG, 0),), table="k"))
     assert [(e.table, e.pos) for e in read_history(tmp_path / "h.jsonl")] == [(None, 200), ("k", 200)]
+    await schema.close()
     again, _ = make(FakeServer(now=("b.000001", 900)))
     await again.open("b.000001", 100, lazy=True)          # a restart from before the seed's position
     assert again.lookup("d", "k") is None

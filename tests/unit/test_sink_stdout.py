@@ -68,12 +68,13 @@ def test_stdout_defaults_to_the_process_stdout(monkeypatch):
 
 
 def test_make_sink_kinds(tmp_path):
-    cfg = SimpleNamespace(kind="jsonl", path=str(tmp_path), max_file_bytes=5, max_file_seconds=0, fsync=False)
+    cfg = SimpleNamespace(kind="jsonl", path=str(tmp_path), max_file_bytes=5, max_file_seconds=0, fsync=False,
+                          format="binlogd", server_name="binlogd")
     sink = make_sink(cfg)
     assert isinstance(sink, JsonLinesSink) and sink.max_file_bytes == 5 and sink.fsync is False
     archive = SimpleNamespace(kind="archive", path=str(tmp_path), fsync=True, upload=SimpleNamespace(url=""))
     assert isinstance(make_sink(archive), ArchiveSink)
     assert make_sink(archive).wants_rows is False
-    assert isinstance(make_sink(SimpleNamespace(kind="stdout")), StdoutSink)
+    assert isinstance(make_sink(SimpleNamespace(kind="stdout", format="debezium", server_name="x")), StdoutSink)
     with pytest.raises(SinkError, match="kafka"):
-        make_sink(SimpleNamespace(kind="kafka"))
+        make_sink(SimpleNamespace(kind="kafka", format="binlogd", server_name="binlogd"))

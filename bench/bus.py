@@ -1,0 +1,187 @@
+"""Bus-sink benchmark (issue 28): ``binlogd run`` into Redis Streams, NATS JetStream and PostgreSQL against the
+JSON-lines sink, on the same backlog, in the same run.
+
+``python -m bench.bus [--rows N] [--repeat 2] [--kinds redis,nats,postgres] [--json]``:
+
+1. starts a throwaway MariaDB and writes :func:`bench.decode.write_workload`'s backlog (``--rows`` inserts in
+   500-row transactions, then rows/10 updates and rows/20 deletes), and private brokers on free ports
+   (:mod:`tests.support.brokers`: redis-server with ``appendfsync always``, ``nats-server -js`` with file
+   storage, PostgreSQL);
+2. per round, for jsonl and each bus sink: ``binlogd run`` from the first binlog file, timed from the process
+   start until its checkpoint reaches the last file (everything durably in the sink), with the broker
+   emptied before;
+3. checks every sink received every row change (jsonl: lines; Redis: XLEN; NATS: the stream's message
+   count; PostgreSQL: ``count(*)``), exits 1 if not;
+4. prints rows/s (best of the rounds) and each bus sink's ratio to jsonl (target: 0.5 or more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.cdc import _server_ids, file_key, run_binlogd
+from bench.decode import SCHEMA, SERVER_ARGS, TABLE, bytecode_env, log, machine, write_workload
+
+KINDS = ("redis", "nats", "postgres")
+
+
+def empty(kind: str, broker) -> None:
+    """Remove what an earlier run left in ``broker``."""
+    if kind == "redis":
+        import redis
+
+        r = redis.Redis.from_url(broker.url)
+        r.flushall()
+        r.close()
+    elif kind == "postgres":
+        broker.psql("DROP TABLE IF EXISTS binlogd_changes, binlogd_changes_checkpoint", database=broker.database)
+    else:
+        import nats
+
+        async def go():
+            nc = await nats.connect(broker.url)
+            try:
+                await nc.jetstream().delete_stream("BINLOGD")
+            except Exception:  # noqa: BLE001 (absent the first time)
+                pass
+            await nc.close()
+
+        asyncio.run(go())
+
+
+def count(kind: str, broker) -> int:
+    """Messages the broker holds for the benchmark's table."""
+    if kind == "redis":
+        import redis
+
+        r = redis.Redis.from_url(broker.url)
+        try:
+            return r.xlen(f"binlogd:{SCHEMA}.{TABLE}")
+        finally:
+            r.close()
+    if kind == "postgres":
+        return int(broker.psql("SELECT count(*) FROM binlogd_changes", database=broker.database).strip())
+    import nats
+
+    async def go():
+        nc = await nats.connect(broker.url)
+        try:
+            return (await nc.jetstream().stream_info("BINLOGD")).state.messages
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def run_bus(kind: str, broker, srv, first_file: str, target: str, workdir: Path, env: dict) -> float:
+    """``binlogd run`` with the ``kind`` sink from ``first_file``:4 until its checkpoint reaches ``target``."""
+    checkpoint = workdir / "checkpoint.json"
+    sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
+            "source.password": srv.repl_password, "source.start": f"file:{first_file}:4",
+            "source.server_id": str(next(_server_ids)), "checkpoint.path": str(checkpoint),
+            "sink.kind": kind, f"sink.{kind}.url": broker.url, "metrics.listen": "", "schema.source": "none"}
+    cmd = [sys.executable, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    errlog = open(workdir / "binlogd.log", "w+")
+    done = file_key(target)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog, env=env)
+    try:
+        while True:
+            try:
+                position = json.loads(checkpoint.read_bytes())["position"]
+            except (FileNotFoundError, ValueError):
+                position = None
+            if position is not None and file_key(position["file"]) >= done:
+                return time.perf_counter() - t0
+            if proc.poll() is not None or time.perf_counter() - t0 > 900:
+                errlog.seek(0)
+                raise SystemExit(f"binlogd ({kind}) did not catch up (exit {proc.poll()}): {errlog.read()[-3000:]}")
+            time.sleep(0.002)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        errlog.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bus", description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=100_000, help="inserted rows (default 100000)")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="the bus sinks to time, comma-separated (default all)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
+    ns = ap.parse_args(argv)
+    kinds = tuple(k for k in ns.kinds.split(",") if k)
+    if not kinds or set(kinds) - set(KINDS):
+        ap.error(f"--kinds: {ns.kinds!r}: each one of {', '.join(KINDS)}")
+    from binlogd.cli.localserver import LocalServer
+    from tests.support.brokers import KINDS as BROKERS
+
+    env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON=""))
+    started = dt.datetime.now().astimezone()
+    work = Path(tempfile.mkdtemp(prefix="binlogd-bus-"))
+    times: dict[str, list[float]] = {"jsonl": [], **{k: [] for k in kinds}}
+    brokers = {}
+    try:
+        for kind in kinds:
+            brokers[kind] = BROKERS[kind]().start()
+        with LocalServer(extra_args=SERVER_ARGS) as srv:
+            with srv.connect() as conn:
+                expected = sum(write_workload(conn, ns.rows).values())
+            files = srv.binlog_files()
+            first, target = files[0].name, files[-1].name
+            log(f"backlog: {expected} row changes in {len(files) - 1} file(s)")
+            subprocess.run([sys.executable, "-c", "import binlogd.cli, binlogd.daemon.service, "
+                            "binlogd.daemon.sinks.redis, binlogd.daemon.sinks.nats, binlogd.daemon.sinks.postgres"],
+                           check=True, env=env)
+            for rnd in range(ns.repeat):
+                run_dir = work / f"jsonl-{rnd}"
+                run_dir.mkdir()
+                seconds, _, lines = run_binlogd(srv, first, target, run_dir, env, "none")
+                shutil.rmtree(run_dir)
+                if lines != expected:
+                    log(f"jsonl: {lines} changes, not {expected}")
+                    return 1
+                times["jsonl"].append(seconds)
+                log(f"round {rnd + 1}: jsonl {expected / seconds:,.0f} rows/s")
+                for kind in kinds:
+                    empty(kind, brokers[kind])
+                    run_dir = work / f"{kind}-{rnd}"
+                    run_dir.mkdir()
+                    seconds = run_bus(kind, brokers[kind], srv, first, target, run_dir, env)
+                    shutil.rmtree(run_dir)
+                    got = count(kind, brokers[kind])
+                    if got != expected:
+                        log(f"{kind}: {got} messages, not {expected}")
+                        return 1
+                    times[kind].append(seconds)
+                    log(f"round {rnd + 1}: {kind} {expected / seconds:,.0f} rows/s")
+    finally:
+        for broker in brokers.values():
+            broker.close()
+        shutil.rmtree(work, ignore_errors=True)
+    rate = {k: expected / min(v) for k, v in times.items()}
+    result = {"rows": expected, "rows_per_s": {k: round(v) for k, v in rate.items()},
+              "ratio_to_jsonl": {k: round(rate[k] / rate["jsonl"], 3) for k in kinds},
+              "machine": machine(), "date": started.isoformat(timespec="seconds")}
+    if ns.json:
+        print(json.dumps(result))
+    else:
+        print(f"{expected} row changes, best of {ns.repeat} round(s), {result['machine']}, {result['date']}")
+        for k in ("jsonl", *kinds):
+            ratio = "" if k == "jsonl" else f"  {rate[k] / rate['jsonl']:.2f}x jsonl"
+            print(f"  {k:9s} {rate[k]:>10,.0f} rows/s{ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

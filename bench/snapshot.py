@@ -1,0 +1,125 @@
+"""Snapshot benchmark (issue 30): binlogd's initial snapshot against ``mariadb-dump --single-transaction``.
+
+``python -m bench.snapshot [--rows N] [--chunk-rows N] [--json]``, one command, one run:
+
+1. starts a throwaway MariaDB (:class:`binlogd.cli.localserver.LocalServer`) and loads ``--rows`` (1,000,000)
+   rows of bench.decode's 10-column table (:func:`bench.decode.write_workload`'s inserts, no updates);
+2. times **binlogd**: ``binlogd run`` with ``[snapshot] mode = "initial"`` into the durable JSON-lines sink
+   (fsync per chunk), from process start until it logs ``snapshot: done`` (every chunk committed);
+3. times **mariadb-dump** ``--single-transaction`` of the same table to a file (its process, start to exit);
+4. checks that binlogd wrote one ``read`` line per row (exit 1 if not) and prints both times and the ratio
+   mariadb-dump / binlogd (>= 1.0: binlogd is at least as fast). The goal is 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.decode import CREATE_TABLE, SCHEMA, SERVER_ARGS, TABLE, TXN_ROWS, _row_sql, log, machine
+
+
+def load(srv, rows: int) -> None:
+    """The table, ``rows`` rows in 500-row INSERTs (as bench.decode writes them)."""
+    rnd = random.Random(20240607)
+    conn = srv.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {SCHEMA}")
+            cur.execute(CREATE_TABLE)
+            prefix = f"INSERT INTO {SCHEMA}.{TABLE} VALUES "
+            for start in range(1, rows + 1, TXN_ROWS):
+                cur.execute(prefix + ",".join(_row_sql(i, rnd) for i in range(start, min(start + TXN_ROWS, rows + 1))))
+    finally:
+        conn.close()
+
+
+def run_binlogd(srv, workdir: Path, chunk_rows: int) -> tuple[float, int]:
+    """(seconds from process start until ``snapshot: done``, lines in the sink)."""
+    sink, checkpoint = workdir / "changes", workdir / "checkpoint.json"
+    sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
+            "source.password": srv.repl_password, "checkpoint.path": str(checkpoint), "sink.kind": "jsonl",
+            "sink.path": str(sink), "metrics.listen": "", "snapshot.mode": "initial",
+            "snapshot.chunk_rows": str(chunk_rows), "filters.include_schemas": SCHEMA}
+    cmd = [sys.executable, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    errlog = workdir / "binlogd.log"
+    t0 = time.perf_counter()
+    with open(errlog, "w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            while True:
+                if b"snapshot: done" in errlog.read_bytes():
+                    elapsed = time.perf_counter() - t0
+                    break
+                if proc.poll() is not None or time.perf_counter() - t0 > 1800:
+                    raise SystemExit(f"binlogd's snapshot did not end (exit {proc.poll()}): "
+                                     f"{errlog.read_text()[-3000:]}")
+                time.sleep(0.002)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    lines = 0
+    for path in sink.glob("changes-*.jsonl"):
+        with open(path, "rb") as fh:
+            lines += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    return elapsed, lines
+
+
+def run_dump(srv, out: Path) -> float:
+    """Seconds of ``mariadb-dump --single-transaction`` of the table into ``out``."""
+    tool = shutil.which("mariadb-dump") or shutil.which("mysqldump")
+    if tool is None:
+        raise SystemExit("mariadb-dump is not installed (apt-get install mariadb-client)")
+    cmd = [tool, "--single-transaction", "-h", "127.0.0.1", "-P", str(srv.port), "-u", srv.user,
+           f"--password={srv.password}", SCHEMA, TABLE]
+    t0 = time.perf_counter()
+    with open(out, "wb") as fh:
+        subprocess.run(cmd, stdout=fh, check=True)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.snapshot", description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows in the table (default 1000000)")
+    ap.add_argument("--chunk-rows", type=int, default=10_000, help="[snapshot] chunk_rows (default 10000)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
+    ns = ap.parse_args(argv)
+    from binlogd.cli.localserver import LocalServer
+
+    with LocalServer(extra_args=SERVER_ARGS) as srv, tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
+        log(f"server: {srv.flavor} {srv.version} on port {srv.port}")
+        t0 = time.perf_counter()
+        load(srv, ns.rows)
+        log(f"loaded {ns.rows} rows in {time.perf_counter() - t0:.1f}s")
+        work = Path(tmp)
+        t_dump = run_dump(srv, work / "dump.sql")
+        dump_bytes = os.path.getsize(work / "dump.sql")
+        log(f"mariadb-dump --single-transaction: {t_dump:.3f}s ({dump_bytes / 1e6:.1f} MB)")
+        (work / "binlogd").mkdir()
+        t_bd, lines = run_binlogd(srv, work / "binlogd", ns.chunk_rows)
+        log(f"binlogd initial snapshot: {t_bd:.3f}s ({lines} lines)")
+        if lines != ns.rows:
+            log(f"binlogd wrote {lines} lines for {ns.rows} rows")
+            return 1
+    ratio = t_dump / t_bd
+    figures = {"rows": ns.rows, "chunk_rows": ns.chunk_rows, "binlogd_seconds": round(t_bd, 3),
+               "mariadb_dump_seconds": round(t_dump, 3), "ratio": round(ratio, 3),
+               "binlogd_rows_per_second": round(ns.rows / t_bd), "machine": machine()}
+    if ns.json:
+        print(json.dumps(figures))
+    else:
+        print(f"binlogd snapshot {t_bd:.3f}s ({ns.rows / t_bd:,.0f} rows/s), mariadb-dump {t_dump:.3f}s: "
+              f"ratio {ratio:.2f}x (goal >= 1.0)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

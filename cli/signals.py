@@ -1,0 +1,54 @@
+"""The process's signals while a daemon runs (``binlogd run``, ``binlogd demo``): the CLI's, not the Daemon's.
+
+- SIGTERM, SIGINT: the first one stops the daemon (``daemon.stop()``: it commits at a transaction boundary,
+  within ``daemon.shutdown_seconds``); a second one exits at once with 128 + the signal's number.
+- SIGHUP: logged and ignored (binlogd reloads nothing).
+
+The handlers are removed when the daemon has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+
+async def run_with_signals(daemon, log: logging.Logger) -> int:
+    """``await daemon.run()`` with the handlers above installed on the running loop (where it can: only the
+    main thread's loop takes signal handlers).
+
+    Args:
+        daemon: a :class:`binlogd.daemon.service.Daemon`.
+        log: where the signals are logged.
+    Returns:
+        The daemon's exit code.
+    Raises:
+        SystemExit: 128 + n on a second SIGTERM or SIGINT.
+    """
+    loop = asyncio.get_running_loop()
+
+    def on_stop(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if daemon.stopping.is_set():
+            log.warning("second %s: exiting now", name)
+            raise SystemExit(128 + signum)
+        log.info("%s: finishing the current transaction, then stopping", name)
+        daemon.stop()
+
+    def on_hangup() -> None:
+        log.info("SIGHUP: ignored (binlogd reloads nothing; restart it to apply a new configuration)")
+
+    installed = []
+    for sig, handler, args in ((signal.SIGTERM, on_stop, (signal.SIGTERM,)),
+                               (signal.SIGINT, on_stop, (signal.SIGINT,)), (signal.SIGHUP, on_hangup, ())):
+        try:
+            loop.add_signal_handler(sig, handler, *args)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread: daemon.stop() is the way
+    try:
+        return await daemon.run()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

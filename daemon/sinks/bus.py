@@ -1,0 +1,332 @@
+"""What the message-bus sinks (Redis Streams, NATS JetStream, PostgreSQL) share: an ordered pipeline to a
+private thread that runs the broker's asyncio client.
+
+The consumer side (``rows``/``change``/``flush``/``flushed``) turns each change into one message (the bytes
+the jsonl sink writes for it, without the newline) and hands pieces of at most :data:`PIECE_BYTES` to the
+worker thread, then a *mark* per flush carrying the checkpoint that flush reaches. The worker applies them
+in order, one at a time: pieces are written (Redis: buffered, or staged in a staging stream past
+``STAGE_BYTES``; PostgreSQL: COPY into the open transaction; NATS: published with acks pending), and a mark
+commits everything before it together with its checkpoint (Redis MULTI/EXEC or a Lua script, a PostgreSQL
+COMMIT, NATS: all acks in). ``sync`` waits until the worker committed the last mark ``begin_sync`` took.
+
+Memory stays bounded: at most :data:`PENDING_BYTES` of handed-over, unwritten pieces; past it the consumer
+waits (at most :data:`WAIT_SECONDS`, then a retryable SinkError). A worker error is kept and raised by the
+next call on the consumer side or by ``sync``; the daemon then reopens the sink, which rolls back whatever
+the broker did not commit.
+
+Because every mark commits as soon as the worker reaches it, the broker may be ahead of the daemon's
+durable state when a session fails. ``open`` therefore reads what the broker holds (its checkpoint, or for
+NATS the last message) and drops re-read changes at or before it (:attr:`BusSink._skip`), and a checkpoint
+older than the broker's is never written back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from urllib.parse import urlsplit
+
+from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
+from binlogd.protocol.events import RowsEvent
+
+from .base import Sink, SinkError
+
+PIECE_BYTES = 1 << 20     # a piece handed to the worker is about this big at most
+PENDING_BYTES = 32 << 20  # handed to the worker and not yet written: the consumer waits above this
+WAIT_SECONDS = 60.0       # longest wait for the broker (open, a write, a commit) before a retryable SinkError
+EXIT_UNREACHABLE, EXIT_AUTH, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT = 4, 3, 6, 7, 8  # README, "Exit codes"
+_INF = float("inf")
+
+
+def position_key(file: str, pos: int, row: float = -1) -> tuple:
+    """A sort key of a change's place in one server's binlog: (file number, file, pos, row)."""
+    stem, _, number = file.rpartition(".")
+    return (int(number) if number.isdigit() else -1, stem, pos, row)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
+class BusSink(Sink):
+    """Base of the bus sinks; subclasses implement the ``_connect``/``_write``/``_commit``/``_disconnect``
+    coroutines (run on the worker's loop) and ``_error_of``.
+
+    Args:
+        url: the broker's URL.
+        max_change_bytes: a change's message may be this big at most (a bigger one: SinkError, exit 7).
+        format, server_name: the change events' format (:func:`library.debezium.formatter`).
+    Fields:
+        name: "<kind> sink at <url without password>", for messages.
+        remote: the Checkpoint the broker held at :meth:`open` (Redis, PostgreSQL), else None.
+    """
+
+    KIND = "bus"
+
+    def __init__(self, url: str, max_change_bytes: int, format: str = "binlogd",
+                 server_name: str = DEFAULT_SERVER_NAME):
+        self.url, self.max_change_bytes = url, max_change_bytes
+        self.name = f"{self.KIND} sink at {redact(url)}"
+        self._json, self._lines = formatter(format, server_name), rows_writer(format, server_name)
+        self.remote = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._piece: list = []      # (meta, payload) not yet handed over (consumer only)
+        self._piece_bytes = 0
+        self._pending = 0           # bytes handed over, not yet applied (under _cond)
+        self._mark = 0              # the last flush's mark (consumer only)
+        self._target = 0            # the mark begin_sync handed to sync
+        self._committed = 0         # the last mark the worker committed (under _cond)
+        self._failed: SinkError | None = None  # the worker's error (under _cond)
+        self._skip: tuple | None = None        # changes at or before this key were delivered already
+        self._floor: tuple | None = None       # the broker's checkpoint position: never written back below it
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+        self._pieces = 0            # pieces handed to the worker since open
+
+    # ------------------------------------------------------------------ payloads (consumer)
+    def _payload(self, change: dict) -> bytes:
+        """The message of one change: its JSON in the configured format (no newline)."""
+        return self._json(change)
+
+    def change(self, change: dict) -> None:
+        src = change.get("source") or {}
+        file, pos, row = src.get("file") or "", src.get("pos") or 0, src.get("row") or 0
+        if self._skip is not None and position_key(file, pos, row) <= self._skip:
+            return
+        meta = (change.get("schema"), change.get("table"), file, pos, row, src.get("gtid"), change.get("op"),
+                src.get("server_id"))
+        self._add(meta, self._payload(change))
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
+        if getattr(self._payload, "__func__", None) is not BusSink._payload:  # a subclass changed the payloads
+            return super().rows(event, file, gtid)
+        lines, n = self._lines(event, file, gtid)
+        h = event.header
+        if self._skip is not None:
+            if position_key(file, h.pos, n - 1) <= self._skip:
+                return n
+            if position_key(file, h.pos, _INF) > self._skip:
+                self._skip = None  # the stream is past what the broker holds
+        payloads = lines.split(b"\n")
+        schema, table, op, sid, pos = event.schema, event.table, event.kind, h.server_id, h.pos
+        if self._skip is not None:
+            for row in range(n):
+                if position_key(file, pos, row) > self._skip:
+                    self._add((schema, table, file, pos, row, gtid, op, sid), payloads[row])
+            return n
+        piece, limit, size = self._piece, self.max_change_bytes, 0
+        for row in range(n):
+            payload = payloads[row]
+            if len(payload) > limit:
+                self._add((schema, table, file, pos, row, gtid, op, sid), payload)  # raises
+            piece.append(((schema, table, file, pos, row, gtid, op, sid), payload))
+            size += len(payload) + 64
+        self._piece_bytes += size
+        if self._piece_bytes >= PIECE_BYTES:
+            self._hand_piece()
+        return n
+
+    def _add(self, meta: tuple, payload: bytes) -> None:
+        size = len(payload)
+        if size > self.max_change_bytes:
+            schema, table, file, pos, row = meta[:5]
+            raise SinkError(f"{self.name}: the change to {schema}.{table} at {file}:{pos} row {row} is {size} bytes, "
+                            f"over the limit of {self.max_change_bytes} ({self._limit_name()})",
+                            fatal=True, exit_code=EXIT_DATA)
+        self._piece.append((meta, payload))
+        self._piece_bytes += size + 64
+        if self._piece_bytes >= PIECE_BYTES:
+            self._hand_piece()
+
+    def _limit_name(self) -> str:
+        """What sets max_change_bytes, for the size error."""
+        return f"sink.{self.KIND}.max_change_bytes"
+
+    def _hand_piece(self) -> None:
+        if self._piece:
+            piece, size = self._piece, self._piece_bytes
+            self._piece, self._piece_bytes = [], 0
+            self._pieces += 1
+            self._submit(("piece", piece, size), size)
+
+    # ------------------------------------------------------------------ the Sink API
+    def open(self, state: dict | None) -> None:
+        if state and state.get("bus") != self.KIND:
+            raise SinkError(f"checkpoint's sink state {state!r} is not a {self.KIND} sink's (was the sink kind "
+                            "changed? move the checkpoint away to start over)", fatal=True, exit_code=EXIT_CHECKPOINT)
+        self.close()
+        self._reset()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"binlogd-{self.KIND}", daemon=True)
+        self._thread.start()
+        try:
+            self._call(self._open_worker())
+        except BaseException:
+            self.close()
+            raise
+
+    async def _open_worker(self) -> None:
+        await self._connect()
+        self._queue = asyncio.Queue()
+        self._task = asyncio.ensure_future(self._drain())
+
+    def flush(self) -> dict:
+        failed = self._loop is None or self._failed is not None
+        if failed and not self._piece and self._pieces == 0 and self._committed == 0 \
+                and not (self._failed is not None and self._failed.fatal):
+            # Nothing but marks was handed on since the last open and none committed (the daemon's first
+            # commit, retried without a reopen): reopening loses nothing.
+            self.open(None)
+        self._hand_piece()
+        return {"bus": self.KIND}
+
+    def flushed(self, checkpoint) -> None:
+        self._mark += 1
+        key = position_key(checkpoint.position.file or "", checkpoint.position.pos)
+        body = None if self._floor is not None and key < self._floor else checkpoint.to_bytes()
+        self._submit(("mark", self._mark, body), 0)
+
+    def begin_sync(self) -> None:
+        self._target = self._mark
+
+    def sync(self) -> None:
+        target, deadline = self._target, time.monotonic() + WAIT_SECONDS
+        with self._cond:
+            while self._failed is None and self._committed < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SinkError(f"{self.name}: no commit in {WAIT_SECONDS:.0f}s (broker slow or stuck)")
+                self._cond.wait(left)
+            if self._failed is not None:
+                raise self._copy(self._failed)
+
+    def remote_checkpoint(self):
+        return self.remote
+
+    def close(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None:
+            return
+        self._loop = self._thread = None
+
+        async def stop() -> None:
+            if self._task is not None:
+                self._task.cancel()
+            try:
+                await asyncio.wait_for(self._disconnect(), 10)
+            except BaseException:  # noqa: BLE001 (closing: a dead broker must not keep us)
+                pass
+
+        try:
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(15)
+        except BaseException:  # noqa: BLE001
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        if not thread.is_alive():
+            loop.close()
+        with self._cond:
+            self._failed = self._failed or SinkError(f"{self.name}: closed")
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ the pipeline
+    def _call(self, coro, timeout: float = WAIT_SECONDS):
+        """Run ``coro`` on the worker's loop and wait for it; broker errors become SinkErrors."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise SinkError(f"{self.name}: no answer in {timeout:.0f}s", exit_code=EXIT_UNREACHABLE) from None
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise self._error_of(exc) from exc
+
+    def _submit(self, op: tuple, size: int) -> None:
+        """Queue ``op`` for the worker (waiting while too much is pending)."""
+        deadline = time.monotonic() + WAIT_SECONDS
+        with self._cond:
+            while self._failed is None and self._pending > PENDING_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SinkError(f"{self.name}: the broker took no writes for {WAIT_SECONDS:.0f}s")
+                self._cond.wait(left)
+            if self._failed is not None:
+                raise self._copy(self._failed)
+            self._pending += size
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, op)
+
+    async def _drain(self) -> None:
+        """The worker: apply the queued ops in order; after an error, drop them."""
+        while True:
+            op = await self._queue.get()
+            size = op[2] if op[0] == "piece" else 0
+            try:
+                if self._failed is None:
+                    if op[0] == "piece":
+                        await asyncio.wait_for(self._write(op[1]), WAIT_SECONDS)
+                    else:
+                        await asyncio.wait_for(self._commit(op[2]), WAIT_SECONDS)
+                        with self._cond:
+                            self._committed = op[1]
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (kept, raised on the consumer's side)
+                error = exc if isinstance(exc, SinkError) else self._error_of(exc)
+                if isinstance(exc, asyncio.TimeoutError):
+                    error = SinkError(f"{self.name}: no answer in {WAIT_SECONDS:.0f}s")
+                with self._cond:
+                    self._failed = error
+            finally:
+                with self._cond:
+                    self._pending -= size
+                    self._cond.notify_all()
+
+    @staticmethod
+    def _copy(error: SinkError) -> SinkError:
+        return SinkError(str(error), error.fatal, error.exit_code)
+
+    # ------------------------------------------------------------------ for subclasses
+    async def _connect(self) -> None:
+        """Connect, check or create the stream/table, read the broker's position (``remote``, ``_skip``,
+        ``_floor``). Raises SinkError or the client's errors (mapped by :meth:`_error_of`)."""
+        raise NotImplementedError
+
+    async def _write(self, piece: list) -> None:
+        """Write one piece of (meta, payload), uncommitted. meta: (schema, table, file, pos, row, gtid, op,
+        server_id)."""
+        raise NotImplementedError
+
+    async def _commit(self, checkpoint: bytes | None) -> None:
+        """Commit everything written so far, with ``checkpoint`` (None: leave the broker's as it is)."""
+        raise NotImplementedError
+
+    async def _disconnect(self) -> None:
+        """Drop the connection, discarding what is not committed."""
+
+    def _error_of(self, exc: Exception) -> SinkError:
+        """The SinkError for a client error (auth: fatal, exit 3; otherwise retryable)."""
+        return SinkError(f"{self.name}: {exc}")
+
+    def _use_checkpoint(self, checkpoint) -> None:
+        """After reading the broker's ``checkpoint`` (a Checkpoint or None): resume, skip and floor from it."""
+        self.remote = checkpoint
+        if checkpoint is not None and checkpoint.position.file:
+            key = position_key(checkpoint.position.file, checkpoint.position.pos)
+            self._floor = key
+            self._skip = (key[0], key[1], checkpoint.position.pos - 1, _INF)
+
+
+__all__ = ["BusSink", "position_key", "redact"]

@@ -1,0 +1,140 @@
+"""PostgreSQL sink: one row per change in a table, committed with the checkpoint in one transaction.
+
+The table (``binlogd_changes`` by default) is created when missing:
+
+    seq bigserial primary key, change jsonb, source_file text, source_pos bigint, source_row integer,
+    gtid text, schema_name text, table_name text, op text, server_id bigint
+
+and ``<table>_checkpoint`` (one row: ``id`` true, ``checkpoint`` jsonb, the checkpoint file's JSON) beside it.
+Rows go in with COPY into a transaction kept open across pieces, so a big transaction streams through and
+never sits in memory; a mark updates the checkpoint row and commits.
+"""
+
+from __future__ import annotations
+
+from binlogd.library.checkpointfile import Checkpoint
+
+from .base import SinkError
+from .bus import EXIT_AUTH, EXIT_CHECKPOINT, EXIT_DATA, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, BusSink
+
+COLUMNS = {"seq": "bigint", "change": "jsonb", "source_file": "text", "source_pos": "bigint",
+           "source_row": "integer", "gtid": "text", "schema_name": "text", "table_name": "text", "op": "text",
+           "server_id": "bigint"}
+_CREATE = """CREATE TABLE IF NOT EXISTS {t} (seq bigserial PRIMARY KEY, change jsonb NOT NULL,
+  source_file text NOT NULL, source_pos bigint NOT NULL, source_row integer NOT NULL, gtid text,
+  schema_name text NOT NULL, table_name text NOT NULL, op text NOT NULL, server_id bigint)"""
+_CREATE_CP = ("CREATE TABLE IF NOT EXISTS {c} (id boolean PRIMARY KEY DEFAULT true CHECK (id), "
+              "checkpoint jsonb NOT NULL)")
+
+
+def _text(value) -> bytes:
+    """One field in COPY's text format."""
+    if value is None:
+        return b"\\N"
+    text = str(value).encode()
+    if b"\\" in text or b"\t" in text or b"\n" in text or b"\r" in text:
+        text = text.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\r", b"\\r")
+    return text
+
+
+def copy_text(piece: list) -> bytes:
+    """The COPY text-format lines of a piece's rows. A JSON payload holds no raw tab, newline or carriage
+    return, so only its backslashes are doubled."""
+    out, parts = [], {}  # (file, gtid, schema, table, op, sid) -> their fields, once per piece
+    for (schema, table, file, pos, row, gtid, op, sid), payload in piece:
+        key = (file, gtid, schema, table, op, sid)
+        fields = parts.get(key)
+        if fields is None:
+            fields = parts[key] = (_text(file), b"\t".join((_text(gtid), _text(schema), _text(table), _text(op),
+                                                            _text(sid))))
+        out.append(b"%b\t%b\t%d\t%d\t%b" % (payload.replace(b"\\", b"\\\\"), fields[0], pos, row, fields[1]))
+    out.append(b"")
+    return b"\n".join(out)
+
+
+class PostgresSink(BusSink):
+    """PostgreSQL (``psycopg`` 3, :class:`psycopg.AsyncConnection`).
+
+    Args:
+        url: ``postgresql://user[:password]@host:port/db``.
+        table: ``[schema.]name`` of the changes table.
+        max_change_bytes, format, server_name: as :class:`~.bus.BusSink`.
+    """
+
+    KIND = "postgres"
+
+    def __init__(self, url: str, table: str = "binlogd_changes", max_change_bytes: int = 255 << 20, **kw):
+        super().__init__(url, max_change_bytes, **kw)
+        self.table = table
+        self._conn = None
+        self._copy_sql = self._save_sql = None
+
+    async def _connect(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        schema, _, name = self.table.rpartition(".")
+        t = sql.Identifier(*([schema] if schema else []), name)
+        c = sql.Identifier(*([schema] if schema else []), f"{name}_checkpoint")
+        self._conn = conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10, autocommit=False)
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))  # one creator at once
+            await cur.execute(sql.SQL(_CREATE).format(t=t))
+            await cur.execute(sql.SQL(_CREATE_CP).format(c=c))
+            await cur.execute("SELECT column_name, data_type FROM information_schema.columns "
+                              "WHERE table_schema = coalesce(nullif(%s, ''), current_schema()) AND table_name = %s",
+                              (schema, name))
+            have = {n: typ for n, typ in await cur.fetchall()}
+            wrong = {n: have.get(n) for n, typ in COLUMNS.items() if have.get(n) != typ}
+            if wrong:
+                why = ", ".join(f"{n} is {typ or 'missing'} (needs {COLUMNS[n]})" for n, typ in wrong.items())
+                raise SinkError(f"{self.name}: table {self.table} exists with another shape: {why}",
+                                fatal=True, exit_code=EXIT_MISCONFIGURED)
+            await cur.execute(sql.SQL("SELECT checkpoint::text FROM {c} WHERE id").format(c=c))
+            row = await cur.fetchone()
+        await conn.commit()
+        try:
+            checkpoint = Checkpoint.parse(row[0]) if row else None
+        except ValueError as exc:
+            raise SinkError(f"{self.name}: {self.table}_checkpoint does not hold a binlogd checkpoint: {exc}",
+                            fatal=True, exit_code=EXIT_CHECKPOINT) from None
+        self._copy_sql = sql.SQL("COPY {t} (change, source_file, source_pos, source_row, gtid, schema_name, "
+                                 "table_name, op, server_id) FROM STDIN").format(t=t)
+        self._save_sql = sql.SQL("INSERT INTO {c} (id, checkpoint) VALUES (true, %s) "
+                                 "ON CONFLICT (id) DO UPDATE SET checkpoint = excluded.checkpoint").format(c=c)
+        self._use_checkpoint(checkpoint)
+
+    async def _write(self, piece: list) -> None:
+        import psycopg
+
+        try:
+            async with self._conn.cursor() as cur, cur.copy(self._copy_sql) as copy:
+                await copy.write(copy_text(piece))
+        except psycopg.errors.DataError as exc:
+            (schema, table, file, pos, row), last = piece[0][0][:5], piece[-1][0]
+            raise SinkError(f"{self.name}: PostgreSQL refused a change of the piece from {schema}.{table} at "
+                            f"{file}:{pos} row {row} to {last[0]}.{last[1]} at {last[2]}:{last[3]} row {last[4]}: "
+                            f"{str(exc).strip()}", fatal=True, exit_code=EXIT_DATA) from None
+
+    async def _commit(self, checkpoint: bytes | None) -> None:
+        if checkpoint is not None:
+            async with self._conn.cursor() as cur:
+                await cur.execute(self._save_sql, (checkpoint.decode(),))
+        await self._conn.commit()
+
+    async def _disconnect(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()  # an open transaction is rolled back
+
+    def _error_of(self, exc: Exception) -> SinkError:
+        import psycopg
+
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        state = getattr(exc, "sqlstate", None)
+        if state in ("28P01", "28000") or "password authentication failed" in text \
+                or "no password supplied" in text:
+            return SinkError(f"{self.name}: authentication failed: {text}", fatal=True, exit_code=EXIT_AUTH)
+        if isinstance(exc, psycopg.OperationalError) or isinstance(exc, OSError):
+            return SinkError(f"{self.name}: unreachable: {text}", exit_code=EXIT_UNREACHABLE)
+        return SinkError(f"{self.name}: {text}")

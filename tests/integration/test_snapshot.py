@@ -1,0 +1,251 @@
+"""The initial snapshot (``[snapshot] mode = "initial"``) on the real MariaDB servers, MINIMAL row metadata.
+
+- under a write load of inserts, updates and deletes, tables with a BIGINT key, a composite INT + VARCHAR key
+  (case-insensitive collation), no key, and an empty one: reads replayed as upserts, then the stream, equal
+  each table's SELECT, and no key is read twice;
+- every value of a many-type row reads as the stream gives the same row (an INSERT … SELECT of it streamed
+  after the snapshot);
+- a table created and a column added while the snapshot runs;
+- the checkpoint holds the snapshot's progress while it runs and none once it is done; metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.support.daemon import (
+    base_overrides,
+    read_changes,
+    read_checkpoint,
+    running_daemon,
+    table_rows,
+    wait_caught_up,
+)
+from tests.support.snapshots import WriteLoad, check_against_server, make_tables, replay_upsert
+
+pytestmark = pytest.mark.server
+
+DONE = re.compile(r"snapshot: done")
+
+
+def _overrides(server, tmp_path, db: str, chunk_rows: int = 40, **extra) -> dict:
+    return base_overrides(server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=chunk_rows,
+                          filters__include_schemas=db, **extra)
+
+
+def _db() -> str:
+    return f"snap_{uuid.uuid4().hex[:10]}"
+
+
+def test_snapshot_under_writes_then_stream(mariadb_minimal, tmp_path):
+    server, db = mariadb_minimal, _db()
+    make_tables(server, db, 2000)
+    load = WriteLoad(server, db, 2000).start()
+    try:
+        with running_daemon(_overrides(server, tmp_path, db), wait_streaming=False) as d:
+            line = d.wait_for_line(r"snapshot: \d+ tables at ", timeout=30)
+            assert "1 without a primary key" in line, line
+            cp = None
+            for _ in range(200):  # while it runs, the checkpoint holds its progress at the snapshot's position
+                cp = read_checkpoint(tmp_path / "checkpoint.json")
+                if cp and cp.get("snapshot", {}).get("done", 0) >= 1 or DONE.search(d.stderr):
+                    break
+                d.wait_for_line(r"snapshot: ", timeout=5)
+            d.wait_for_line(DONE, timeout=60)
+            d.wait_streaming(timeout=30)
+            assert d.count(r"snapshot: .*\.big: \d+ rows .* rows/s") == 1, d.stderr
+            metrics = urllib.request.urlopen(_metrics_url(d), timeout=5).read().decode()
+            assert "binlogd_snapshot_state 2.0" in metrics
+            assert re.search(rf'binlogd_snapshot_rows_total{{table="{db}.big"}} [1-9]', metrics), metrics
+            assert re.search(rf'binlogd_snapshot_chunks_done{{table="{db}.big"}} [1-9]', metrics)
+            count = load.stop()
+            assert count > 20, "the write load barely ran during the snapshot"
+            cp = wait_caught_up(server, tmp_path / "checkpoint.json", daemon=d)
+            assert "snapshot" not in cp, cp
+        changes = read_changes(tmp_path / "sink")
+        reads = [c for c in changes if c["op"] == "read"]
+        assert reads and all(c["source"]["snapshot"] is True and c["before"] is None for c in reads)
+        assert all(c["op"] == "read" for c in changes[:len(reads)]), "a stream change came before a read"
+        comp = [tuple(c["after"][k] for k in ("a", "b")) for c in reads if c["table"] == "comp"]
+        assert len(comp) == len(set(comp))
+        check_against_server(server, db, changes)
+    finally:
+        load.done.set()
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def _metrics_url(d) -> str:
+    line = d.wait_for_line(r"metrics on http://", timeout=10)
+    return re.search(r"(http://\S+/metrics)", line).group(1)
+
+
+TYPES = """(id INT NOT NULL PRIMARY KEY, ti TINYINT, tiu TINYINT UNSIGNED, bi BIGINT, biu BIGINT UNSIGNED,
+  d DECIMAL(12,4), du DECIMAL(20,0) UNSIGNED, f FLOAT, dbl DOUBLE, dt6 DATETIME(6), dt DATETIME,
+  ts TIMESTAMP(3) NULL DEFAULT NULL, dd DATE, tm TIME(2), y YEAR, b BIT(10), vc VARCHAR(40), ch CHAR(5),
+  l1 VARCHAR(10) CHARACTER SET latin1, bl BLOB, vb VARBINARY(8), e ENUM('red','green','blue'),
+  st SET('a','b','c'), j JSON, tx TEXT) CHARACTER SET utf8mb4"""
+TYPE_ROWS = [
+    "(1, -128, 255, -9223372036854775808, 18446744073709551615, '-123.4500', '99999999999999999999', 1.1, "
+    "3.141592653589793, '2026-11-27 12:34:56.123456', '1999-12-31 23:59:59', '2026-11-27 01:02:03.456', "
+    "'2026-02-28', '-838:59:59.00', 2026, b'1010101010', 'héllo 😀', 'ab', 'ça', x'00ff10', x'0102', 'green', "
+    "'a,c', '{\"k\": [1, 2.5, \"x\"]}', 'text')",
+    "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    "(3, 0, 0, 0, 0, '0.0000', '0', -0.5, 1e300, '1000-01-01 00:00:00.000001', '2038-01-19 03:14:07', "
+    "'1970-01-01 00:00:01.000', '9999-12-31', '00:00:00.01', 1901, b'0', '', '', '', '', '', 'red', '', "
+    "'[]', '')",
+    "(4, 127, 1, 1, 1, '1.0000', '1', 123456789, -1.5e-7, '2026-01-01 00:00:00', '2026-01-01 00:00:00', "
+    "'2026-01-01 00:00:00.001', '2026-01-01', '100:00:00', 2000, b'1111111111', 'ctl \\t\\n\\\\ \\\" \x01', "
+    "'x  ', 'ÿ', x'ff', x'00', 'blue', 'a,b,c', '{\"a\": {\"b\": null}}', REPEAT('é', 300))",
+]
+
+
+def test_snapshot_values_equal_the_streamed_form(mariadb_minimal, tmp_path):
+    """A row's read ``after`` equals the streamed ``after`` of the same values (INSERT … SELECT after the snapshot)."""
+    server, db = mariadb_minimal, _db()
+    server.sql(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+    try:
+        server.sql(f"CREATE TABLE types {TYPES}", database=db)
+        server.sql(f"CREATE TABLE twin {TYPES}", database=db)
+        server.sql("INSERT INTO types VALUES " + ", ".join(TYPE_ROWS), database=db)
+        with running_daemon(_overrides(server, tmp_path, db, chunk_rows=2), wait_streaming=False) as d:
+            d.wait_for_line(DONE, timeout=60)
+            d.wait_streaming(timeout=30)
+            server.sql("INSERT INTO twin SELECT * FROM types", database=db)
+            wait_caught_up(server, tmp_path / "checkpoint.json", daemon=d)
+        changes = read_changes(tmp_path / "sink")
+        reads = {c["after"]["id"]: c["after"] for c in changes if c["op"] == "read" and c["table"] == "types"}
+        streamed = {c["after"]["id"]: c["after"] for c in changes if c["op"] == "insert" and c["table"] == "twin"}
+        assert sorted(reads) == [1, 2, 3, 4] and sorted(streamed) == [1, 2, 3, 4], changes
+        for key in reads:
+            assert json.dumps(reads[key], sort_keys=True) == json.dumps(streamed[key], sort_keys=True), \
+                (key, {k: (reads[key][k], streamed[key].get(k)) for k in reads[key]
+                       if reads[key][k] != streamed[key].get(k)})
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_snapshot_with_ddl_and_a_new_table(mariadb_minimal, tmp_path):
+    """While the snapshot waits to read ``big`` (held by LOCK TABLES WRITE), ``big`` is altered (a copying ALTER:
+    its rows are then unreadable in the snapshot's view) and updated, and a table is created and filled: the
+    snapshot renews its view and ends, and the replay equals the tables; the new table comes from the stream."""
+    server, db = mariadb_minimal, _db()
+    make_tables(server, db, 3000)
+    holder = server.connect(database=db)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("LOCK TABLES big WRITE")
+        with running_daemon(_overrides(server, tmp_path, db, chunk_rows=20), wait_streaming=False) as d:
+            d.wait_for_line(r"snapshot: .*\.nokey: \d+ rows", timeout=30)  # read first; big waits for the lock
+            server.sql("CREATE TABLE late (id INT PRIMARY KEY, v VARCHAR(10))", database=db)
+            server.sql("INSERT INTO late VALUES (1, 'a'), (2, 'b')", database=db)
+            with holder.cursor() as cur:
+                cur.execute("ALTER TABLE big ADD COLUMN extra INT NOT NULL DEFAULT 5, ALGORITHM=COPY")
+                cur.execute("UPDATE big SET extra = n % 7 + 10 WHERE id % 2 = 0")
+                cur.execute("UNLOCK TABLES")
+            holder.commit()
+            d.wait_for_line(DONE, timeout=60)
+            d.wait_streaming(timeout=30)
+            wait_caught_up(server, tmp_path / "checkpoint.json", daemon=d)
+            assert d.count(r"big changed definition after the read view opened: renewing the view") == 1, d.stderr
+        changes = read_changes(tmp_path / "sink")
+        check_against_server(server, db, changes)
+        state, _ = replay_upsert(changes, db, {"late": ("id",)})
+        assert state["late"] == {(1,): {"id": 1, "v": "a"}, (2,): {"id": 2, "v": "b"}}
+        assert not [c for c in changes if c["table"] == "late" and c["op"] == "read"]
+        views = {c["source"]["pos"] for c in changes if c["op"] == "read" and c["table"] == "big"}
+        first = {c["source"]["pos"] for c in changes if c["op"] == "read" and c["table"] == "nokey"}
+        assert len(views) == 1 and views != first, "big was not read in a renewed view"
+    finally:
+        holder.close()
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_snapshot_of_empty_tables_and_no_snapshot_on_restart(mariadb_minimal, tmp_path):
+    """Only an empty table: the snapshot ends at once; a restart (checkpoint present) does not snapshot again."""
+    server, db = mariadb_minimal, _db()
+    server.sql(f"CREATE DATABASE `{db}`")
+    try:
+        server.sql("CREATE TABLE empty (id INT PRIMARY KEY)", database=db)
+        overrides = _overrides(server, tmp_path, db)
+        with running_daemon(overrides, wait_streaming=False) as d:
+            d.wait_for_line(r"snapshot: .*\.empty: 0 rows", timeout=30)
+            d.wait_for_line(DONE, timeout=30)
+            d.wait_streaming(timeout=30)
+        server.sql("INSERT INTO empty VALUES (7)", database=db)
+        with running_daemon(overrides) as d:
+            wait_caught_up(server, tmp_path / "checkpoint.json", daemon=d)
+            assert not d.count("snapshot: "), d.stderr
+        changes = [c for c in read_changes(tmp_path / "sink") if c["schema"] == db]
+        assert [c["op"] for c in changes] == ["insert"]
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_wire_reader_equals_pymysql_reader(mariadb_minimal):
+    """The fast reader (result set off the wire, values straight to JSON) and the PyMySQL one (converted
+    values, serialised by the sinks' dumps) give the same JSON for every row of the many-type table."""
+    import asyncio
+
+    import orjson
+
+    from binlogd.daemon import _aiomysql
+    from binlogd.daemon.snapshotrows import describe, raw_connection, read_chunk
+    from binlogd.daemon.snapshotwire import ChunkReader
+    from binlogd.library.serialize import dumps
+
+    server, db = mariadb_minimal, _db()
+    server.sql(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
+
+    async def both():
+        conn = await _aiomysql.connect(host=server.host, port=server.port, user=server.user,
+                                       password=server.password, ssl=None, connect_timeout=5)
+        try:
+            await raw_connection(conn)
+            info = await describe(conn, db, "types")
+            plain = [orjson.loads(dumps(info.row(r))) for r in await read_chunk(conn, info, None, None)]
+            changes, last = await ChunkReader(info).read(conn, None, 2, {"x": 1}, 0, 0)
+            more, _ = await ChunkReader(info).read(conn, last, None, {"x": 1}, 0, 2)
+            wire = [orjson.loads(dumps(c))["after"] for c in changes + more]
+            return plain, wire, last
+        finally:
+            conn.close()
+
+    try:
+        server.sql(f"CREATE TABLE types {TYPES}", database=db)
+        server.sql("INSERT INTO types VALUES " + ", ".join(TYPE_ROWS), database=db)
+        plain, wire, last = asyncio.run(both())
+        assert last == ["2"]
+        assert [r["id"] for r in wire] == [1, 2, 3, 4]
+        assert plain == wire
+        assert wire[3]["f"] == 123456790.0 and wire[0]["f"] == 1.1, wire  # float32 shortest, not 6 digits (123457000)
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_snapshot_in_debezium_format(mariadb_minimal, tmp_path):
+    """With ``sink.format = "debezium"`` rows go through PyMySQL and the sink's own envelope: op "r", each key
+    once, chunked (chunk_rows 3) and the values of the server's SELECT."""
+    server, db = mariadb_minimal, _db()
+    server.sql(f"CREATE DATABASE `{db}`")
+    try:
+        server.sql("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), d DECIMAL(6,2))", database=db)
+        server.sql("INSERT INTO t VALUES " + ", ".join(f"({i}, 'v{i}', '{i}.50')" for i in range(1, 11)), database=db)
+        with running_daemon(_overrides(server, tmp_path, db, chunk_rows=3, sink__format="debezium"),
+                            wait_streaming=False) as d:
+            d.wait_for_line(DONE, timeout=60)
+            d.wait_streaming(timeout=30)
+        lines = [json.loads(line) for p in sorted((tmp_path / "sink").glob("changes-*.jsonl"))
+                 for line in p.read_text().splitlines()]
+        reads = [c for c in lines if c.get("op") == "r"]
+        assert [c["after"]["id"] for c in reads] == list(range(1, 11))
+        assert {c["source"]["snapshot"] for c in reads} <= {"true", "last", "first"}
+        want = {k[0] if isinstance(k, tuple) else k: v for k, v in table_rows(server, db, "t").items()}
+        assert {c["after"]["id"]: c["after"]["v"] for c in reads} == {k: v["v"] for k, v in want.items()}
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
