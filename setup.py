@@ -23,5 +23,6 @@ def _ext(name: str, source: str, depends: list[str]) -> Extension:
 
 setup(ext_modules=[_ext("binlogd.protocol._rowimage", "protocol/_rowimage.c", _PLAN),
                    _ext("binlogd.protocol._skim", "protocol/_skim.c", []),
+                   _ext("binlogd.protocol._textrows", "protocol/_textrows.c", []),
                    _ext("binlogd.library._jsonrows", "library/_jsonrows.c", _PLAN),
                    _ext("binlogd.library._sqlrows", "library/_sqlrows.c", [*_PLAN, *_SQL])])

@@ -12,7 +12,10 @@ JSON-lines sink, on the same backlog, in the same run.
    emptied before;
 3. checks every sink received every row change (jsonl: lines; Redis: XLEN; NATS: the stream's message
    count; PostgreSQL: ``count(*)``), exits 1 if not;
-4. prints rows/s (best of the rounds) and each bus sink's ratio to jsonl (target: 0.5 or more).
+4. for Redis and PostgreSQL, also the broker alone (binlogd not running): the jsonl run's lines, in commits of
+   ~8 MB as binlogd makes them, sent as the sink sends them with every request packed beforehand
+   (:func:`broker_alone`), which is as fast as a sink can be on this machine;
+5. prints rows/s (best of the rounds) and each one's ratio to jsonl (target: 0.5 or more).
 """
 
 from __future__ import annotations
@@ -83,6 +86,73 @@ def count(kind: str, broker) -> int:
     return asyncio.run(go())
 
 
+ALONE = ("redis", "postgres")
+COMMIT_BYTES = 8 << 20  # a commit of the broker-alone runs: about what binlogd commits while busy
+
+
+def commits(changes: Path) -> list[list[bytes]]:
+    """The jsonl sink's change lines (without newlines) under ``changes``, in commits of ~COMMIT_BYTES."""
+    out, cur, size = [], [], 0
+    for path in sorted(changes.glob("changes-*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            cur.append(line)
+            size += len(line)
+            if size >= COMMIT_BYTES:
+                out.append(cur)
+                cur, size = [], 0
+    return out + ([cur] if cur else [])
+
+
+def broker_alone(kind: str, broker, batches: list[list[bytes]]) -> float:
+    """Seconds the broker alone takes to commit ``batches`` as the sink does (binlogd not running; the
+    requests packed beforehand). Redis: each batch one MULTI of XADDs and a SET, EXEC, all pipelined;
+    PostgreSQL: each batch one COPY (text format, the sink's columns) and the checkpoint upsert, COMMIT."""
+    from binlogd.daemon.sinks.postgres import copy_text
+
+    empty(kind, broker)
+    if kind == "redis":
+        import socket
+
+        def pack(*parts: bytes) -> bytes:
+            return b"".join([b"*%d\r\n" % len(parts), *[b"$%d\r\n%b\r\n" % (len(x), x) for x in parts]])
+
+        stream = f"binlogd:{SCHEMA}.{TABLE}".encode()
+        data = b"".join(pack(b"MULTI") + b"".join(pack(b"XADD", stream, b"*", b"change", c) for c in batch)
+                        + pack(b"SET", b"checkpoint", b"%d" % i) + pack(b"EXEC") for i, batch in enumerate(batches))
+        data += pack(b"PING")
+        host, port = broker.url.split("//")[1].split("/")[0].rsplit("@", 1)[-1].split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            t0 = time.perf_counter()
+            sock.sendall(data)
+            tail = b""
+            while not tail.endswith(b"+PONG\r\n"):
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    raise SystemExit("redis closed the connection")
+                tail = tail[-16:] + chunk
+            return time.perf_counter() - t0
+    import psycopg
+
+    meta = (SCHEMA, TABLE, "binlog.000001", 4, 0, None, "insert", 1)
+    pieces = [copy_text([(meta, c) for c in batch]) for batch in batches]
+    with psycopg.connect(broker.url) as conn:
+        from binlogd.daemon.sinks.postgres import _CREATE, _CREATE_CP
+
+        conn.execute(_CREATE.format(t="binlogd_changes"))
+        conn.execute(_CREATE_CP.format(c="binlogd_changes_checkpoint"))
+        conn.commit()
+        t0 = time.perf_counter()
+        for i, piece in enumerate(pieces):
+            with conn.cursor() as cur:
+                with cur.copy("COPY binlogd_changes (change, source_file, source_pos, source_row, gtid, "
+                              "schema_name, table_name, op, server_id) FROM STDIN") as copy:
+                    copy.write(piece)
+                cur.execute("INSERT INTO binlogd_changes_checkpoint VALUES (true, %s) ON CONFLICT (id) "
+                            "DO UPDATE SET checkpoint = excluded.checkpoint", (json.dumps({"n": i}),))
+            conn.commit()
+        return time.perf_counter() - t0
+
+
 def run_bus(kind: str, broker, srv, first_file: str, target: str, workdir: Path, env: dict) -> float:
     """``binlogd run`` with the ``kind`` sink from ``first_file``:4 until its checkpoint reaches ``target``."""
     checkpoint = workdir / "checkpoint.json"
@@ -129,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON=""))
     started = dt.datetime.now().astimezone()
     work = Path(tempfile.mkdtemp(prefix="binlogd-bus-"))
-    times: dict[str, list[float]] = {"jsonl": [], **{k: [] for k in kinds}}
+    times: dict[str, list[float]] = {"jsonl": [], **{k: [] for k in kinds},
+                                     **{f"{k} alone": [] for k in kinds if k in ALONE}}
     brokers = {}
     try:
         for kind in kinds:
@@ -147,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir = work / f"jsonl-{rnd}"
                 run_dir.mkdir()
                 seconds, _, lines = run_binlogd(srv, first, target, run_dir, env, "none")
+                if rnd == 0:
+                    batches = commits(run_dir / "changes")
                 shutil.rmtree(run_dir)
                 if lines != expected:
                     log(f"jsonl: {lines} changes, not {expected}")
@@ -165,21 +238,29 @@ def main(argv: list[str] | None = None) -> int:
                         return 1
                     times[kind].append(seconds)
                     log(f"round {rnd + 1}: {kind} {expected / seconds:,.0f} rows/s")
+                    if kind in ALONE:
+                        seconds = broker_alone(kind, brokers[kind], batches)
+                        got = count(kind, brokers[kind])
+                        if got != expected:
+                            log(f"{kind} alone: {got} messages, not {expected}")
+                            return 1
+                        times[f"{kind} alone"].append(seconds)
+                        log(f"round {rnd + 1}: {kind} alone {expected / seconds:,.0f} rows/s")
     finally:
         for broker in brokers.values():
             broker.close()
         shutil.rmtree(work, ignore_errors=True)
     rate = {k: expected / min(v) for k, v in times.items()}
     result = {"rows": expected, "rows_per_s": {k: round(v) for k, v in rate.items()},
-              "ratio_to_jsonl": {k: round(rate[k] / rate["jsonl"], 3) for k in kinds},
+              "ratio_to_jsonl": {k: round(rate[k] / rate["jsonl"], 3) for k in rate if k != "jsonl"},
               "machine": machine(), "date": started.isoformat(timespec="seconds")}
     if ns.json:
         print(json.dumps(result))
     else:
         print(f"{expected} row changes, best of {ns.repeat} round(s), {result['machine']}, {result['date']}")
-        for k in ("jsonl", *kinds):
+        for k in rate:
             ratio = "" if k == "jsonl" else f"  {rate[k] / rate['jsonl']:.2f}x jsonl"
-            print(f"  {k:9s} {rate[k]:>10,.0f} rows/s{ratio}")
+            print(f"  {k:15s} {rate[k]:>10,.0f} rows/s{ratio}")
     return 0
 
 

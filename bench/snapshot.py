@@ -42,14 +42,16 @@ def load(srv, rows: int) -> None:
         conn.close()
 
 
-def run_binlogd(srv, workdir: Path, chunk_rows: int) -> tuple[float, int]:
-    """(seconds from process start until ``snapshot: done``, lines in the sink)."""
+def run_binlogd(srv, workdir: Path, chunk_rows: int, profile: str | None = None) -> tuple[float, int]:
+    """(seconds from process start until ``snapshot: done``, lines in the sink); ``profile``: a file to write
+    the daemon's cProfile statistics to (it then exits after the snapshot, by SIGTERM)."""
     sink, checkpoint = workdir / "changes", workdir / "checkpoint.json"
     sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
             "source.password": srv.repl_password, "checkpoint.path": str(checkpoint), "sink.kind": "jsonl",
             "sink.path": str(sink), "metrics.listen": "", "snapshot.mode": "initial",
             "snapshot.chunk_rows": str(chunk_rows), "filters.include_schemas": SCHEMA}
-    cmd = [sys.executable, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    run = ["-m", "cProfile", "-o", profile, "-m", "binlogd.cli"] if profile else ["-m", "binlogd.cli"]
+    cmd = [sys.executable, *run, "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     errlog = workdir / "binlogd.log"
     t0 = time.perf_counter()
     with open(errlog, "w+") as err:
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows in the table (default 1000000)")
     ap.add_argument("--chunk-rows", type=int, default=10_000, help="[snapshot] chunk_rows (default 10000)")
     ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
+    ap.add_argument("--profile", metavar="FILE", help="run the daemon under cProfile, its statistics to FILE")
     ns = ap.parse_args(argv)
     from binlogd.cli.localserver import LocalServer
 
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         dump_bytes = os.path.getsize(work / "dump.sql")
         log(f"mariadb-dump --single-transaction: {t_dump:.3f}s ({dump_bytes / 1e6:.1f} MB)")
         (work / "binlogd").mkdir()
-        t_bd, lines = run_binlogd(srv, work / "binlogd", ns.chunk_rows)
+        t_bd, lines = run_binlogd(srv, work / "binlogd", ns.chunk_rows, ns.profile)
         log(f"binlogd initial snapshot: {t_bd:.3f}s ({lines} lines)")
         if lines != ns.rows:
             log(f"binlogd wrote {lines} lines for {ns.rows} rows")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 
 
 async def run_with_signals(daemon, log: logging.Logger) -> int:
@@ -32,6 +33,7 @@ async def run_with_signals(daemon, log: logging.Logger) -> int:
         name = signal.Signals(signum).name
         if daemon.stopping.is_set():
             log.warning("second %s: exiting now", name)
+            sys.unraisablehook = _quiet_closed_loop  # connections left open are collected after the loop closed
             raise SystemExit(128 + signum)
         log.info("%s: finishing the current transaction, then stopping", name)
         daemon.stop()
@@ -52,3 +54,9 @@ async def run_with_signals(daemon, log: logging.Logger) -> int:
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+def _quiet_closed_loop(unraisable) -> None:
+    """After a forced exit, drop the "Event loop is closed" of transports collected late; report anything else."""
+    if not (isinstance(unraisable.exc_value, RuntimeError) and "Event loop is closed" in str(unraisable.exc_value)):
+        sys.__unraisablehook__(unraisable)

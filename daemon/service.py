@@ -28,7 +28,8 @@ import random
 import time
 
 from binlogd.daemon.connection import ServerInfo, SourceError, admin_connection
-from binlogd.daemon.serverschema import DaemonSchema, ServerSchema, history_path
+from binlogd.daemon.schemaqueries import ServerSchema
+from binlogd.daemon.serverschema import DaemonSchema, history_path
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
 from binlogd.protocol.position import PositionTracker
@@ -316,8 +317,11 @@ class Daemon:
             info = await session.open()
             await self._reopen_sink()  # first: the sync in flight moves the durable state the session resumes from
             resume = await self._resume_state(session, endpoint, info)
-            resume = await snapshot.run(self, info, endpoint, resume)  # [snapshot]: the tables first, when due
-            await self._attach_schema(info, resume)
+            await self._attach_schema(info, resume)  # before a snapshot seeds it: whose history it is
+            snapped = await snapshot.run(self, info, endpoint, resume)  # [snapshot]: the tables first, when due
+            if snapped is not resume:
+                resume = snapped
+                await self._attach_schema(info, resume)  # the history at the snapshot's position
             consumer = self._new_consumer(info, resume)
             await self._dump(session, endpoint, resume)
             await self._stream(session, consumer, endpoint, info)

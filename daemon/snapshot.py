@@ -27,7 +27,7 @@ from binlogd.protocol.position import Position
 
 from .checkpoint import ResumeState
 from .connection import SourceError, admin_connection
-from .serverschema import SYSTEM_SCHEMAS
+from .schemaqueries import SYSTEM_SCHEMAS
 from .snapshotrows import describe, raw_connection, read_chunk
 from .snapshotwire import ChunkReader
 
@@ -324,9 +324,7 @@ class Snapshot:
                 if full and self.fast:  # the server reads the next chunk while this one is written
                     pending = asyncio.ensure_future(self._fetch(reader, last, chunk))
                     await asyncio.sleep(0)
-                change = daemon.sink.change
-                for item in self._changes(reader, info, rows):
-                    change(item)
+                self._write(reader, info, rows)
                 chunks += 1
                 rows_now += n
                 state["rows"] += n
@@ -359,12 +357,19 @@ class Snapshot:
         await release(self.conn)
         return got
 
-    def _changes(self, reader: ChunkReader, info, rows: list) -> list[dict]:
-        """The change events of one chunk's rows (see :meth:`_fetch`)."""
-        source, ts = self._source(), self.state["view"].get("ts", self.view_ts)
+    def _write(self, reader: ChunkReader, info, rows) -> None:
+        """Give the sink the change events of one chunk's rows (see :meth:`_fetch`): on the fast path as JSON
+        lines in one call when it takes them (``change_lines``: the JSON-lines sink), else one by one."""
+        source, ts, sink = self._source(), self.state["view"].get("ts", self.view_ts), self.daemon.sink
         if self.fast:
-            return reader.changes(rows, source, ts, self.state["rows"])
-        return list(info.changes(rows, source, ts, self.state["rows"]))
+            take = getattr(sink, "change_lines", None)
+            if take is not None and take(reader.lines(rows, source, ts, self.state["rows"])):
+                return
+            changes = reader.changes(rows, source, ts, self.state["rows"])
+        else:
+            changes = info.changes(rows, source, ts, self.state["rows"])
+        for item in changes:
+            sink.change(item)
 
     async def _table_done(self, name: str, rows: int, elapsed: float) -> None:
         """Commit the table's last chunk with the table marked done; log rows, time, rate and an ETA."""

@@ -1,11 +1,13 @@
-"""The snapshot's fast path: a chunk's result set read off the wire, each row's ``after`` made JSON at once.
+"""The snapshot's fast path: a chunk's result set read off the wire, its rows made JSON lines at once.
 
 PyMySQL's result reading (a coroutine per packet in aiomysql, then a Python converter per value) is most of a
 snapshot's time. Here the text-protocol result set of a ``COM_QUERY`` (column count, column definitions, EOF,
 one packet per row of length-encoded values, EOF) is read in large blocks from the aiomysql connection's
-stream and framed in one loop (:func:`query_packets`); each row packet goes straight to the JSON bytes of its
-``after`` object by a function generated for the table (:func:`row_json`), in the forms :meth:`TableInfo.row`
-gives (README "Values"), and reaches the sink as an :class:`orjson.Fragment` inside the change dict.
+stream into one buffer (:func:`query_result`, the rows found by :func:`binlogd.protocol.textrows.scan`); then
+:func:`binlogd.protocol.textrows.lines` (C, or its Python twin) writes every row of the chunk as JSON in one
+call, each value in the form :meth:`TableInfo.row` gives (README "Values"; the table's :func:`plan`):
+:meth:`ChunkReader.lines` the whole change lines for a JSON-lines sink (the bytes its ``change`` would
+write), :meth:`ChunkReader.changes` change dicts whose ``after`` is an :class:`orjson.Fragment` for the others.
 
 It relies on aiomysql's ``_execute_command`` and ``_reader`` (see :mod:`binlogd.daemon._aiomysql` for the
 other such seams) and on the connection not asking for CLIENT_DEPRECATE_EOF (PyMySQL never does).
@@ -17,6 +19,8 @@ from base64 import b64encode
 
 import orjson
 
+from binlogd.library.serialize import dumps
+from binlogd.protocol import textrows
 from binlogd.protocol.values import float32
 
 from .snapshotrows import _BYTES, _INTS, TableInfo, _vector
@@ -115,29 +119,12 @@ def _key(info: TableInfo, values: list) -> list:
 
 
 def _fields(p: bytes, n: int) -> list:
-    """The ``n`` length-encoded values of a text-protocol row packet (None for NULL)."""
-    out = []
-    i = 0
-    for _ in range(n):
-        b = p[i]
-        if b < 251:
-            j = i + 1 + b
-            out.append(p[i + 1:j])
-        elif b == 251:
-            out.append(None)
-            i += 1
-            continue
-        elif b == 252:
-            j = i + 3 + (p[i + 1] | p[i + 2] << 8)
-            out.append(p[i + 3:j])
-        elif b == 253:
-            j = i + 4 + int.from_bytes(p[i + 1:i + 4], "little")
-            out.append(p[i + 4:j])
-        else:
-            j = i + 9 + int.from_bytes(p[i + 1:i + 9], "little")
-            out.append(p[i + 9:j])
-        i = j
-    return out
+    """The ``n`` length-encoded values of a text-protocol row packet (None for NULL).
+
+    Raises:
+        ValueError: the packet does not hold ``n`` values.
+    """
+    return textrows.fields(p, n)
 
 
 def _raise_err(payload: bytes):
@@ -146,112 +133,154 @@ def _raise_err(payload: bytes):
     raise_mysql_exception(payload)
 
 
-async def query_packets(conn, sql: str) -> tuple[list[bytes], int]:
-    """Run ``sql`` (one SELECT) on an aiomysql connection; return the payloads of its row packets (bytes, a row
-    of 16 MiB or more joined) and its column count, framed here in one loop over large reads.
+class ResultRows:
+    """A chunk's result set as read off the wire: its row packets, headers included, in ``buf[start:end]``.
+
+    Fields:
+        buf: the bytes read (bytearray); start, end: where its rows are; rows: how many; last: the offset of
+            the last row (-1: none); columns: the column count.
+    """
+
+    __slots__ = ("buf", "start", "end", "rows", "last", "columns")
+
+    def __init__(self, buf, start: int, end: int, rows: int, last: int, columns: int):
+        self.buf, self.start, self.end, self.rows, self.last, self.columns = buf, start, end, rows, last, columns
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def last_values(self) -> list | None:
+        """The last row's raw values (bytes, None for NULL), None without rows."""
+        if self.last < 0:
+            return None
+        return textrows.fields(textrows.payload(self.buf, self.last, self.end), self.columns)
+
+    def payloads(self) -> list[bytes]:
+        """Each row's payload (the packets of a row of 16 MiB or more joined)."""
+        out, pos = [], self.start
+        while pos < self.end:
+            nxt, _ = textrows._row_at(self.buf, pos, self.end)
+            out.append(textrows.payload(self.buf, pos, nxt))
+            pos = nxt
+        return out
+
+
+async def _more(conn, reader, buf: bytearray) -> None:
+    data = await reader.read(_READ)
+    if not data:
+        from pymysql.err import OperationalError
+
+        conn.close()
+        raise OperationalError(2013, "Lost connection to server during a snapshot chunk")
+    buf += data
+
+
+async def query_result(conn, sql: str) -> ResultRows:
+    """Run ``sql`` (one SELECT) on an aiomysql connection and read its whole result set in large blocks: the
+    header (column count, definitions, EOF) framed here, the rows by :func:`textrows.scan`.
 
     Raises:
         pymysql.err.Error: the server's error (as PyMySQL raises it); OperationalError 2013 when the connection
-            ends inside the result.
+            ends inside the result, 2027 when more data follows it.
     """
     from pymysql.err import OperationalError
 
     await conn._execute_command(COM_QUERY, sql)
     reader = conn._reader
-    rows: list[bytes] = []
-    buf, pos, columns, skip = b"", 0, -1, 0
-    parts: list[bytes] = []   # the chunks of a packet of 16 MiB or more
-    while True:
-        end = len(buf)
-        while end - pos >= 4:
+    buf, pos, columns, skip = bytearray(), 0, -1, 0
+    while columns < 0 or skip:
+        if len(buf) - pos >= 4:
             length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
-            start = pos + 4
-            if end - start < length:
-                break
-            pos = start + length
-            if length == 0xFFFFFF or parts:
-                parts.append(buf[start:pos])
-                if length == 0xFFFFFF:
-                    continue
-                payload, parts = b"".join(parts), []
-            else:
-                payload = buf[start:pos]
-            first = payload[0] if payload else 0
-            if first == 0xFF:
-                _raise_err(payload)
-            if columns < 0:
-                columns = first if first < 251 else payload[1] | payload[2] << 8   # 252: a 2-byte count
-                skip = columns + 1
-            elif skip:
-                skip -= 1
-            elif first == 0xFE and length < 9:
-                if pos != end:
-                    raise OperationalError(2027, "unexpected data after a snapshot chunk's result")
-                return rows, columns
-            else:
-                rows.append(payload)
-        data = await reader.read(_READ)
-        if not data:
-            conn.close()
-            raise OperationalError(2013, "Lost connection to server during a snapshot chunk")
-        buf = buf[pos:] + data
-        pos = 0
+            if len(buf) - pos - 4 >= length:
+                payload = bytes(buf[pos + 4:pos + 4 + length])
+                pos += 4 + length
+                first = payload[0] if payload else 0
+                if first == 0xFF:
+                    _raise_err(payload)
+                if columns < 0:
+                    columns = first if first < 251 else payload[1] | payload[2] << 8   # 252: a 2-byte count
+                    skip = columns + 1
+                else:
+                    skip -= 1
+                continue
+        await _more(conn, reader, buf)
+    start, rows, last = pos, 0, -1
+    while True:
+        pos, n, at, done = textrows.scan(buf, pos)
+        rows += n
+        if at >= 0:
+            last = at
+        if done:
+            break
+        await _more(conn, reader, buf)
+    length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
+    if done == 2:
+        _raise_err(bytes(buf[pos + 4:pos + 4 + length]))
+    if pos + 4 + length != len(buf):
+        raise OperationalError(2027, "unexpected data after a snapshot chunk's result")
+    return ResultRows(buf, start, pos, rows, last, columns)
+
+
+async def query_packets(conn, sql: str) -> tuple[list[bytes], int]:
+    """Run ``sql`` (one SELECT); return the payloads of its row packets (a row of 16 MiB or more joined) and
+    its column count.
+
+    Raises:
+        pymysql.err.Error: as :func:`query_result`.
+    """
+    result = await query_result(conn, sql)
+    return result.payloads(), result.columns
 
 
 async def query_rows(conn, sql: str) -> list[list]:
     """Run ``sql`` (one SELECT) and return its rows, each a list of raw values (bytes, None for NULL).
 
     Raises:
-        pymysql.err.Error: as :func:`query_packets`.
+        pymysql.err.Error: as :func:`query_result`.
     """
     packets, columns = await query_packets(conn, sql)
     return [_fields(p, columns) for p in packets]
 
 
-def rows_json(info: TableInfo):
-    """``json(payloads) -> [bytes]``: text-protocol row packets of ``info``'s columns straight to the JSON objects
-    of their ``after`` (what :func:`after_encoder` makes of their values), by a function written for the table
-    (one loop over the rows; none over the columns, no list of values)."""
-    env = {"_long": _long, "_d": orjson.dumps}
-    lines = ["def rows(packets):", "    res = []", "    push = res.append", "    for p in packets:", "        i = 0"]
-    names = []
-    for k, (name, data_type) in enumerate(zip(info.columns, info.types)):
+def plan(info: TableInfo) -> textrows.Plan:
+    """The :class:`textrows.Plan` of ``info``'s columns: each value in the form :func:`after_encoder` gives it."""
+    kinds, calls = [], []
+    for data_type in info.types:
         enc = _encoder(data_type)
-        prefix = orjson.dumps(name) + b":"
-        env[f"_p{k}"], env[f"_n{k}"], env[f"_e{k}"] = prefix, prefix + b"null", enc
-        value = ("v" if enc is None else "b'\"' + v + b'\"'" if enc is _dq else "_d(v.decode('utf-8', 'replace'))"
-                 if enc is _text else "_d(float(v))" if enc is _double else f"_e{k}(v)")
-        lines += ["        b = p[i]",
-                  "        if b < 251:",
-                  "            j = i + 1 + b",
-                  "            v = p[i + 1:j]",
-                  "            i = j",
-                  f"            a{k} = _p{k} + {value}",
-                  "        elif b == 251:",
-                  "            i += 1",
-                  f"            a{k} = _n{k}",
-                  "        else:",
-                  "            v, i = _long(p, i)",
-                  f"            a{k} = _p{k} + {value}"]
-        names.append(f"a{k}")
-    lines += [f"        push(b'{{' + b','.join(({', '.join(names)},)) + b'}}')", "    return res"]
-    exec(compile("\n".join(lines), f"<snapshot rows {info.name}>", "exec"), env)  # noqa: S102 (our own code)
-    return env["rows"]
+        kind = (textrows.RAW if enc is None else textrows.QUOTED if enc is _dq else textrows.TEXT if enc is _text
+                else textrows.BASE64 if enc is _b64 else textrows.BIT if enc is _bit else textrows.DOUBLE
+                if enc is _double else textrows.CALL)
+        kinds.append(kind)
+        calls.append(enc if kind in (textrows.BIT, textrows.DOUBLE, textrows.CALL) else None)
+    return textrows.Plan(bytes(kinds), tuple(orjson.dumps(name) + b":" for name in info.columns), tuple(calls),
+                         orjson.dumps)
+
+
+def _split_line(template: dict) -> list[bytes]:
+    """``dumps(template)`` (the sinks' JSON) cut where its two :class:`orjson.Fragment` markers (a NUL byte each,
+    which JSON text never holds raw) are: [head, mid, tail]."""
+    parts = dumps(template).split(b"\0")
+    if len(parts) != 3:
+        raise ValueError("a NUL byte in a change's envelope")
+    return parts
+
+
+def rows_json(info: TableInfo):
+    """``json(payloads) -> [bytes]``: text-protocol row payloads of ``info``'s columns to the JSON objects of
+    their ``after`` (what :func:`after_encoder` makes of their values)."""
+    table_plan = plan(info)
+
+    def rows(payloads) -> list[bytes]:
+        buf = b"".join(len(p).to_bytes(3, "little") + b"\0" + p for p in payloads)
+        return textrows.lines(buf, 0, len(buf), table_plan, b"", None, b"\n", 0).split(b"\n")[:-1]
+
+    return rows
 
 
 def row_json(info: TableInfo):
-    """``json(payload) -> bytes``: :func:`rows_json` for one row packet."""
+    """``json(payload) -> bytes``: :func:`rows_json` for one row packet's payload (under 16 MiB)."""
     rows = rows_json(info)
     return lambda payload: rows((payload,))[0]
-
-
-def _long(p: bytes, i: int) -> tuple[bytes, int]:
-    """A value with a 2-, 3- or 8-byte length at ``p[i]``: (value, index after it)."""
-    b = p[i]
-    size = 2 if b == 252 else 3 if b == 253 else 8
-    start = i + 1 + size
-    end = start + int.from_bytes(p[i + 1:start], "little")
-    return p[start:end], end
 
 
 class ChunkReader:
@@ -264,29 +293,41 @@ class ChunkReader:
 
     def __init__(self, info: TableInfo):
         self.info = info
-        self.json = rows_json(info)
+        self.plan = plan(info)
+        self._key_at = [info.columns.index(k) for k in info.key]
 
-    async def fetch(self, conn, after: list | None, limit: int | None) -> tuple[list[bytes], list | None]:
-        """The chunk after key ``after`` (None: from the start) of at most ``limit`` rows (None: all): its row
-        packets, and its last key (None when it is empty or there is no key).
+    async def fetch(self, conn, after: list | None, limit: int | None) -> tuple[ResultRows, list | None]:
+        """The chunk after key ``after`` (None: from the start) of at most ``limit`` rows (None: all): its rows
+        as read (``len()`` of it: how many), and its last key (None when it is empty or there is no key).
 
         Raises:
             pymysql.err.Error: the server's error, or the connection's.
         """
         info = self.info
-        packets, columns = await query_packets(conn, info.chunk_sql(after, limit, conn.escape))
+        result = await query_result(conn, info.chunk_sql(after, limit, conn.escape))
         last = None
-        if packets and info.key:
-            values = _fields(packets[-1], columns)
-            last = _key(info, [values[info.columns.index(k)] for k in info.key])
-        return packets, last
+        if result.rows and info.key:
+            values = result.last_values()
+            last = _key(info, [values[i] for i in self._key_at])
+        return result, last
 
-    def changes(self, packets: list[bytes], source: dict, ts: int, first: int) -> list[dict]:
-        """Row packets of :meth:`fetch` as ``op: "read"`` change dicts whose ``after`` is an
+    def lines(self, result: ResultRows, source: dict, ts: int, first: int) -> bytes:
+        """The rows of :meth:`fetch` as the JSON lines (each ending in a newline) that a sink in the "binlogd"
+        format writes for the change dicts of :meth:`changes`: the same bytes."""
+        head, mid, tail = _split_line({"op": "read", "schema": self.info.schema, "table": self.info.table,
+                                       "before": None, "after": orjson.Fragment(b"\0"), "ts": ts,
+                                       "source": {**source, "row": orjson.Fragment(b"\0")}})
+        return textrows.lines(result.buf, result.start, result.end, self.plan, head, mid, tail + b"\n",
+                              first)
+
+    def changes(self, result: ResultRows, source: dict, ts: int, first: int) -> list[dict]:
+        """The rows of :meth:`fetch` as ``op: "read"`` change dicts whose ``after`` is an
         :class:`orjson.Fragment` of the row's JSON, with ``source`` plus ``row`` (from ``first``)."""
         schema, table, fragment = self.info.schema, self.info.table, orjson.Fragment
+        objects = textrows.lines(result.buf, result.start, result.end, self.plan, b"", None, b"\n", 0)
         return [{"op": "read", "schema": schema, "table": table, "before": None, "after": fragment(text),
-                 "ts": ts, "source": {**source, "row": index}} for index, text in enumerate(self.json(packets), first)]
+                 "ts": ts, "source": {**source, "row": index}}
+                for index, text in enumerate(objects.split(b"\n")[:-1], first)]
 
     async def read(self, conn, after: list | None, limit: int | None, source: dict, ts: int,
                    first: int) -> tuple[list[dict], list | None]:
@@ -297,5 +338,5 @@ class ChunkReader:
         Raises:
             pymysql.err.Error: the server's error, or the connection's.
         """
-        packets, last = await self.fetch(conn, after, limit)
-        return self.changes(packets, source, ts, first), last
+        result, last = await self.fetch(conn, after, limit)
+        return self.changes(result, source, ts, first), last

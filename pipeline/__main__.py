@@ -15,8 +15,8 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # What an executor imports (pure Python): folder in the repo -> its place in the binlogd namespace.
-PACKAGES = {"binlogd": "binlogd", "protocol": "binlogd/protocol", "pipeline": "binlogd/pipeline",
-            "daemon": "binlogd/daemon"}
+PACKAGES = {"binlogd": "binlogd", "protocol": "binlogd/protocol", "library": "binlogd/library",
+            "pipeline": "binlogd/pipeline"}
 
 
 def build_zip(out: str | os.PathLike) -> Path:

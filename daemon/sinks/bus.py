@@ -269,30 +269,52 @@ class BusSink(Sink):
         self._loop.call_soon_threadsafe(self._queue.put_nowait, op)
 
     async def _drain(self) -> None:
-        """The worker: apply the queued ops in order; after an error, drop them."""
+        """The worker: apply the queued ops in order; after an error, drop them. A commit that
+        :meth:`_commit` left in flight is confirmed by the next commit, or as soon as the queue is empty."""
+        sent = 0  # the mark whose commit is sent and not yet confirmed (0: none)
         while True:
+            if sent and self._queue.empty():
+                mark, sent = sent, 0
+                if await self._run(self._confirm()):
+                    with self._cond:
+                        self._committed = mark
+                        self._cond.notify_all()
             op = await self._queue.get()
             size = op[2] if op[0] == "piece" else 0
-            try:
-                if self._failed is None:
-                    if op[0] == "piece":
-                        await asyncio.wait_for(self._write(op[1]), WAIT_SECONDS)
-                    else:
-                        await asyncio.wait_for(self._commit(op[2]), WAIT_SECONDS)
-                        with self._cond:
-                            self._committed = op[1]
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 (kept, raised on the consumer's side)
-                error = exc if isinstance(exc, SinkError) else self._error_of(exc)
-                if isinstance(exc, asyncio.TimeoutError):
-                    error = SinkError(f"{self.name}: no answer in {WAIT_SECONDS:.0f}s")
-                with self._cond:
-                    self._failed = error
-            finally:
-                with self._cond:
-                    self._pending -= size
-                    self._cond.notify_all()
+            if op[0] == "piece":
+                await self._run(self._write(op[1]))
+            elif self._failed is None:
+                done = await self._run(self._commit(op[2]))
+                if done is not None:
+                    with self._cond:
+                        if done is False:  # this mark's commit is in flight, every earlier one confirmed
+                            self._committed, sent = sent or self._committed, op[1]
+                        else:
+                            self._committed, sent = op[1], 0
+            with self._cond:
+                self._pending -= size
+                self._cond.notify_all()
+
+    async def _run(self, coro):
+        """Await ``coro`` (at most WAIT_SECONDS) unless the worker failed already; returns its result (a
+        commit: True, or False when left in flight), or None when it failed now or before (kept in
+        ``_failed``)."""
+        if self._failed is not None:
+            coro.close()
+            return None
+        try:
+            result = await asyncio.wait_for(coro, WAIT_SECONDS)
+            return True if result is None else result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (kept, raised on the consumer's side)
+            error = exc if isinstance(exc, SinkError) else self._error_of(exc)
+            if isinstance(exc, asyncio.TimeoutError):
+                error = SinkError(f"{self.name}: no answer in {WAIT_SECONDS:.0f}s")
+            with self._cond:
+                self._failed = error
+                self._cond.notify_all()
+            return None
 
     @staticmethod
     def _copy(error: SinkError) -> SinkError:
@@ -309,9 +331,17 @@ class BusSink(Sink):
         server_id)."""
         raise NotImplementedError
 
-    async def _commit(self, checkpoint: bytes | None) -> None:
-        """Commit everything written so far, with ``checkpoint`` (None: leave the broker's as it is)."""
+    async def _commit(self, checkpoint: bytes | None) -> bool | None:
+        """Commit everything written so far, with ``checkpoint`` (None: leave the broker's as it is).
+
+        Returns:
+            None or True: committed; False: sent, not yet confirmed (every earlier commit is), for
+            :meth:`_confirm`. Raises the client's errors.
+        """
         raise NotImplementedError
+
+    async def _confirm(self) -> None:
+        """Wait until the commit :meth:`_commit` left in flight is confirmed; raises if it failed."""
 
     async def _disconnect(self) -> None:
         """Drop the connection, discarding what is not committed."""

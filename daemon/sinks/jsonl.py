@@ -16,6 +16,7 @@ from pathlib import Path
 
 from binlogd.library.checkpointfile import jsonl_committed, jsonl_index, jsonl_name
 from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
+from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
 
 from ..checkpoint import fsync_dir
@@ -89,6 +90,17 @@ class JsonLinesSink(Sink):
             self._fh.write(self._json(change) + b"\n")
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
+
+    def change_lines(self, lines: bytes) -> bool:
+        """Changes already as JSON lines of the "binlogd" format, each what :meth:`change` writes for it (the
+        snapshot's chunks); False, and nothing written, when this sink writes another format."""
+        if self._json is not dumps:
+            return False
+        try:
+            self._fh.write(lines)
+        except OSError as exc:
+            raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
+        return True
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
         lines, n = self._lines(event, file, gtid)

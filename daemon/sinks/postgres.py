@@ -6,8 +6,8 @@ The table (``binlogd_changes`` by default) is created when missing:
     gtid text, schema_name text, table_name text, op text, server_id bigint
 
 and ``<table>_checkpoint`` (one row: ``id`` true, ``checkpoint`` jsonb, the checkpoint file's JSON) beside it.
-Rows go in with COPY into a transaction kept open across pieces, so a big transaction streams through and
-never sits in memory; a mark updates the checkpoint row and commits.
+Rows go in with one COPY per commit, kept open across its pieces (so a big transaction streams through and
+never sits in memory); a mark ends the COPY, updates the checkpoint row and commits.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class PostgresSink(BusSink):
     def __init__(self, url: str, table: str = "binlogd_changes", max_change_bytes: int = 255 << 20, **kw):
         super().__init__(url, max_change_bytes, **kw)
         self.table = table
-        self._conn = None
+        self._conn = self._copying = self._copy_cm = self._cursor = None
+        self._first = self._last = None  # meta of the open COPY's first and last rows
         self._copy_sql = self._save_sql = None
 
     async def _connect(self) -> None:
@@ -76,6 +77,7 @@ class PostgresSink(BusSink):
         schema, _, name = self.table.rpartition(".")
         t = sql.Identifier(*([schema] if schema else []), name)
         c = sql.Identifier(*([schema] if schema else []), f"{name}_checkpoint")
+        self._copying = None
         self._conn = conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10, autocommit=False)
         async with conn.cursor() as cur:
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))  # one creator at once
@@ -105,24 +107,43 @@ class PostgresSink(BusSink):
         self._use_checkpoint(checkpoint)
 
     async def _write(self, piece: list) -> None:
+        if self._copying is None:  # one COPY per commit, open across its pieces: no round trip per piece
+            self._cursor = self._conn.cursor()
+            self._copy_cm = self._cursor.copy(self._copy_sql)
+            self._copying = await self._copy_cm.__aenter__()
+            self._first = piece[0][0]
+        self._last = piece[-1][0]
+        await self._checked(self._copying.write(copy_text(piece)))
+
+    async def _checked(self, coro) -> None:
+        """Await ``coro`` (a COPY step); PostgreSQL refusing a row: fatal SinkError naming the rows of the COPY."""
         import psycopg
 
         try:
-            async with self._conn.cursor() as cur, cur.copy(self._copy_sql) as copy:
-                await copy.write(copy_text(piece))
+            await coro
         except psycopg.errors.DataError as exc:
-            (schema, table, file, pos, row), last = piece[0][0][:5], piece[-1][0]
-            raise SinkError(f"{self.name}: PostgreSQL refused a change of the piece from {schema}.{table} at "
+            (schema, table, file, pos, row), last = self._first[:5], self._last
+            raise SinkError(f"{self.name}: PostgreSQL refused a change of the rows from {schema}.{table} at "
                             f"{file}:{pos} row {row} to {last[0]}.{last[1]} at {last[2]}:{last[3]} row {last[4]}: "
                             f"{str(exc).strip()}", fatal=True, exit_code=EXIT_DATA) from None
 
+    async def _end_copy(self) -> None:
+        if self._copying is not None:
+            cm, cursor, self._copying = self._copy_cm, self._cursor, None
+            try:
+                await self._checked(cm.__aexit__(None, None, None))
+            finally:
+                await cursor.close()
+
     async def _commit(self, checkpoint: bytes | None) -> None:
+        await self._end_copy()
         if checkpoint is not None:
             async with self._conn.cursor() as cur:
                 await cur.execute(self._save_sql, (checkpoint.decode(),))
         await self._conn.commit()
 
     async def _disconnect(self) -> None:
+        self._copying = None  # dies with the connection
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.close()  # an open transaction is rolled back

@@ -20,9 +20,9 @@ server's ``server_id``) and file base name (:func:`file_identity`), against ever
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from binlogd.protocol.gtid import GtidSyntaxError, MysqlGtidSet
+from binlogd.protocol.records import record
 
 _SUFFIX = re.compile(r"^(.*?)\.?(\d+)$")
 
@@ -33,7 +33,7 @@ def basename(file: str) -> str:
     return m[1] if m else file
 
 
-@dataclass
+@record(frozen=False)
 class Source:
     """A ``source`` line of a history: which server's positions the entries after it use.
 
@@ -124,7 +124,7 @@ def stream_holds(flavor: str, recorded: list[str], server_state: str) -> bool:
         return False
 
 
-@dataclass
+@record(frozen=False)
 class FileIdentity:
     """A binlog file's source, from its first event (FORMAT_DESCRIPTION) and its name.
 

@@ -30,7 +30,7 @@ def test_demo_prints_change_events_and_exits_cleanly():
 
 def _press_ctrl_c_twice() -> str:
     """Run the demo, press Ctrl-C twice 10 ms apart once it streams; its stderr. Asserts a prompt exit
-    (130: the second one exits at once), no traceback, and nothing of its process group left."""
+    (130 when the second one came while the daemon stopped), no traceback, and nothing of its process group left."""
     proc = processes.spawn("demo", "--rate", "20")
     stderr = processes.Stderr(proc)
     try:
@@ -41,7 +41,8 @@ def _press_ctrl_c_twice() -> str:
         processes.ctrl_c(proc)
         rc = proc.wait(60)
         text = stderr.close()
-        assert rc == 130 and "Traceback" not in text, text
+        # 130: the second one exited at once; 0: the first one had finished the demo before the second came
+        assert (rc == 130 or rc == 0 and "second SIGINT" not in text) and "Traceback" not in text, text
         assert processes.wait_group_gone(proc.pid) == [], "left running after the demo exited"
         return text
     finally:

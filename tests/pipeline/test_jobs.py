@@ -129,7 +129,7 @@ def test_zip_for_executors(tmp_path):
     archive = build_zip(tmp_path / "binlogd-pipeline.zip")
     site = sysconfig.get_paths()["purelib"]
     code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-            "import binlogd.pipeline.source, binlogd.protocol.rowcodec, binlogd.cli.filetools, binlogd.protocol.position;"
+            "import binlogd.pipeline.source, binlogd.protocol.rowcodec, binlogd.library.schema, binlogd.protocol.position;"
             "print(binlogd.pipeline.source.__file__); print(binlogd.pipeline.source.BinlogDataSource.name())")
     result = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(archive), site],
                             capture_output=True, text=True, cwd=tmp_path, timeout=60)

@@ -16,7 +16,8 @@ import pytest
 
 from binlogd.daemon.checkpoint import CheckpointError
 from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.serverschema import DaemonSchema, SchemaHistoryUnusable, ServerSchema, history_path
+from binlogd.daemon.schemaqueries import ServerSchema
+from binlogd.daemon.serverschema import DaemonSchema, SchemaHistoryUnusable, history_path
 from binlogd.library.schema import read_history
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import ColumnType as T

@@ -1,0 +1,218 @@
+"""The primary's own account of its tables: :class:`ServerSchema`, on an admin connection of its own.
+
+The daemon's schema history (:mod:`binlogd.daemon.serverschema`) asks it for definitions (``SHOW CREATE TABLE``),
+the tables a seed covers, the server's position and GTID state, and the DDL logged since a position
+(``SHOW BINLOG EVENTS``); it never runs inside the stream's read loop.
+"""
+
+from __future__ import annotations
+
+import time
+
+from binlogd.library.schema import TableDef
+from binlogd.library.schema.catalog import Catalog
+from binlogd.library.schema.history import position_key
+from binlogd.library.schema.model import charset_name
+from binlogd.library.schema.readddl import read_ddl
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+SCAN_LIMIT = 200_000     # binlog events SHOW BINLOG EVENTS may list to prove no DDL named a table
+
+
+def server_errors() -> tuple:
+    import pymysql
+
+    return pymysql.err.Error, OSError
+
+
+
+def _split_use(info: str) -> tuple[str, str]:
+    """SHOW BINLOG EVENTS' Info of a QUERY event, ``use `db`; statement`` → (db, statement)."""
+    if info.startswith("use `"):
+        end = info.find("`; ")
+        if end > 0:
+            return info[5:end].replace("``", "`"), info[end + 3:]
+    return "", info
+
+
+class ServerSchema:
+    """The primary's own account of its tables, on a connection of its own (never the stream's).
+
+    Args:
+        connect: an async callable returning a fresh aiomysql connection.
+    Fields:
+        answered: monotonic time of the server's last answer (the daemon's watchdog counts a seed's queries as
+            progress).
+    """
+
+    def __init__(self, connect):
+        self._connect = connect
+        self._conn = None
+        self.answered = 0.0
+
+    async def reconnect(self, connect) -> None:
+        """Ask the server ``connect`` reaches from now on (the daemon's current source, at every session):
+        the connection open now is closed."""
+        await self.close()
+        self._connect = connect
+
+    async def _query(self, sql: str, args=None) -> list[tuple]:
+        """Run one query (reconnecting once after a lost connection).
+
+        Raises:
+            pymysql.err.Error, OSError: the query failed twice, or the server refused it.
+        """
+        import pymysql
+
+        attempt = 1
+        while True:
+            try:
+                if self._conn is None:
+                    self._conn = await self._connect()
+                async with self._conn.cursor() as cur:
+                    await cur.execute(sql, args)
+                    rows = list(await cur.fetchall())
+                self.answered = time.monotonic()
+                return rows
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError):
+                self._conn = None
+                if attempt == 2:
+                    raise
+                attempt = 2
+
+    async def create_table(self, schema: str, table: str) -> TableDef | None:
+        """The table as ``SHOW CREATE TABLE`` describes it now; None when it is gone or not understood."""
+        import pymysql
+
+        try:
+            rows = await self._query(f"SHOW CREATE TABLE `{schema.replace('`', '``')}`.`{table.replace('`', '``')}`")
+        except pymysql.err.ProgrammingError:   # no such table (dropped since), or a view
+            return None
+        if not rows or len(rows[0]) < 2:
+            return None
+        from binlogd.library.schema.changes import CreateTable
+
+        changes = read_ddl(rows[0][1], schema)
+        if len(changes) != 1 or not isinstance(changes[0], CreateTable):
+            return None
+        catalog = Catalog()
+        state = catalog.apply(changes[0]).get((schema, table))
+        return state if isinstance(state, TableDef) else None
+
+    async def tables(self, selected) -> tuple[dict[str, str | None], list[tuple[str, str]]]:
+        """(database → default charset, [(schema, table)] of base tables) outside the system schemas,
+        for which ``selected(schema, table)`` is true."""
+        skip = ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS)
+        dbs = {name: charset_name(cs) for name, cs in await self._query(
+            f"SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME FROM information_schema.SCHEMATA "
+            f"WHERE SCHEMA_NAME NOT IN ({skip})")}
+        names = [(s, t) for s, t in await self._query(
+            f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+            f"AND TABLE_SCHEMA NOT IN ({skip}) ORDER BY TABLE_SCHEMA, TABLE_NAME") if selected(s, t)]
+        return dbs, names
+
+    async def position(self) -> tuple[str, int]:
+        """The primary's current binlog file and position (``SHOW MASTER STATUS``, on MySQL 8.4+ ``SHOW BINARY
+        LOG STATUS``)."""
+        import pymysql
+
+        try:
+            rows = await self._query("SHOW MASTER STATUS")
+        except pymysql.err.ProgrammingError:
+            rows = await self._query("SHOW BINARY LOG STATUS")
+        return str(rows[0][0]), int(rows[0][1])
+
+    async def ddl_tables_since(self, file: str, pos: int, until: tuple[str, int] | None = None,
+                               limit: int = SCAN_LIMIT) -> set | None:
+        """The tables DDL logged from ``file:pos`` to ``until`` (a (file, pos), excluded; default: the end of the
+        binlog) names (``(db, "*")``: a whole database); None when that is not known (an unreadable statement,
+        or more than ``limit`` events)."""
+        from binlogd.library.schema.changes import tables_named
+
+        files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
+        end = position_key(*until) if until is not None else None
+        names, seen = set(), 0
+        for name in files:
+            if position_key(name, 0) < position_key(file, 0):
+                continue
+            if end is not None and position_key(name, 0) > end:
+                break
+            start, skip = (pos if name == file else 4), 0
+            while True:
+                rows = await self._query(f"SHOW BINLOG EVENTS IN %s FROM {int(start)} LIMIT {skip}, 1000", (name,))
+                for row in rows:
+                    if end is not None and position_key(name, int(row[1])) >= end:
+                        return names
+                    if str(row[2]).startswith("Query"):
+                        db, statement = _split_use(str(row[5] or ""))
+                        for change in read_ddl(statement, db):
+                            touched = tables_named(change)
+                            if touched is None:
+                                return None
+                            names |= touched
+                seen += len(rows)
+                if seen > limit:
+                    return None
+                if len(rows) < 1000:
+                    break
+                start, skip = int(rows[-1][1]), 1
+        return names
+
+    async def stream_facts(self, flavor: str) -> tuple[str, str]:
+        """(the current binlog file's name, the server's GTID state): MariaDB ``@@gtid_binlog_state`` and
+        ``@@gtid_slave_pos`` (comma-joined), MySQL ``@@gtid_executed``.
+
+        Raises:
+            pymysql.err.Error, OSError: the server refused a query or the connection was lost.
+        """
+        file, _ = await self.position()
+        if flavor == "mariadb":
+            rows = await self._query("SELECT @@global.gtid_binlog_state, @@global.gtid_slave_pos")
+            state = ",".join(str(v) for v in rows[0] if v)
+        else:
+            state = str((await self._query("SELECT @@global.gtid_executed"))[0][0] or "")
+        return file, state.replace("\n", "")
+
+    async def gtid_file(self, flavor: str, gtids: str) -> str | None:
+        """The newest binlog file that starts at or before the GTID position ``gtids`` (a stream resuming there
+        reads from that file on), by each file's Gtid_list (MariaDB) or Previous_gtids (MySQL) event; None
+        when no file does, or ``gtids`` is empty.
+
+        Raises:
+            pymysql.err.Error, OSError: the server refused a query or the connection was lost.
+        """
+        if not gtids:
+            return None
+        files = [str(r[0]) for r in await self._query("SHOW BINARY LOGS")]
+        for name in reversed(files):
+            for row in await self._query("SHOW BINLOG EVENTS IN %s LIMIT 4", (name,)):
+                kind, info = str(row[2]), str(row[5] or "")
+                if kind == "Gtid_list":
+                    if _mariadb_at_or_before(info.strip("[] "), gtids):
+                        return name
+                    break
+                if kind == "Previous_gtids":
+                    if int((await self._query("SELECT GTID_SUBSET(%s, %s)", (info, gtids)))[0][0]):
+                        return name
+                    break
+        return None
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _mariadb_at_or_before(start: str, gtids: str) -> bool:
+    """True when a binlog state ``start`` (``d-s-n,…``) is at or before the GTID list ``gtids`` in every
+    domain ``gtids`` names (sequence numbers of a domain only grow)."""
+    def by_domain(text: str) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for part in text.replace(" ", "").split(","):
+            if part:
+                d, _, n = part.split("-")
+                out[int(d)] = max(int(n), out.get(int(d), -1))
+        return out
+
+    want = by_domain(gtids)
+    return all(n <= want[d] for d, n in by_domain(start).items() if d in want)

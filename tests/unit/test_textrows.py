@@ -1,0 +1,215 @@
+"""protocol.textrows: text-protocol rows to JSON, the C twin (``_textrows``) against the Python reference.
+
+- every column type the snapshot reads, NULLs, long values (2-, 3- and 8-byte lengths), a row of 16 MiB and
+  more (several packets), invalid UTF-8, odd DOUBLE texts: C and Python give the same bytes, and each value
+  is what the value-by-value encoder of the snapshot (``after_encoder``) gives;
+- the change lines equal the sink's ``dumps`` of the change dicts; ``scan`` finds whole rows, EOF and ERR;
+- malformed rows raise ValueError in both; ``BINLOGD_PURE_PYTHON=1`` turns the C twin off.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from binlogd.daemon.snapshotrows import TableInfo
+from binlogd.daemon.snapshotwire import ChunkReader, ResultRows, after_encoder, plan
+from binlogd.library.serialize import dumps
+from binlogd.protocol import textrows
+
+C = textrows.C
+need_c = pytest.mark.skipif(C is None, reason="binlogd.protocol._textrows is not built (or BINLOGD_PURE_PYTHON)")
+
+TYPES = ("bigint", "int", "tinyint", "year", "decimal", "date", "datetime", "timestamp", "time", "double", "float",
+         "bit", "set", "enum", "json", "varchar", "text", "longtext", "char", "blob", "varbinary", "binary",
+         "geometry", "vector")
+
+
+def _lenenc(value: bytes | None, wide: bool = False) -> bytes:
+    if value is None:
+        return b"\xfb"
+    n = len(value)
+    if wide:
+        return b"\xfe" + n.to_bytes(8, "little") + value
+    if n < 251:
+        return bytes([n]) + value
+    if n < 1 << 16:
+        return b"\xfc" + n.to_bytes(2, "little") + value
+    if n < 1 << 24:
+        return b"\xfd" + n.to_bytes(3, "little") + value
+    return b"\xfe" + n.to_bytes(8, "little") + value
+
+
+def _packets(payload: bytes, seq: int = 1) -> bytes:
+    """A payload as packets (split at 0xFFFFFF bytes, an empty packet after an exact multiple)."""
+    out = []
+    while True:
+        part, payload = payload[:0xFFFFFF], payload[0xFFFFFF:]
+        out.append(len(part).to_bytes(3, "little") + bytes([seq & 255]) + part)
+        seq += 1
+        if len(part) < 0xFFFFFF:
+            return b"".join(out)
+
+
+def _value(data_type: str, rnd: random.Random) -> bytes | None:
+    """A raw text-protocol value of ``data_type`` as the server sends it (None now and then)."""
+    if rnd.random() < 0.1:
+        return None
+    if data_type in ("bigint", "int", "tinyint", "year"):
+        return str(rnd.randint(-2**63, 2**64 - 1)).encode()
+    if data_type == "decimal":
+        return f"{rnd.randint(-10**12, 10**12)}.{rnd.randint(0, 9999):04d}".encode()
+    if data_type in ("date", "datetime", "timestamp", "time"):
+        return rnd.choice([b"2026-01-02", b"2026-01-02 03:04:05.123456", b"-838:59:59", b"0000-00-00 00:00:00"])
+    if data_type == "float":  # read as DOUBLE (+ 0e0) of a float32
+        return rnd.choice([b"1.100000023841858", b"-0", b"123456792", b"3.4028234663852886e38", b"1e-45"])
+    if data_type == "double":
+        return rnd.choice([repr(rnd.uniform(-1e9, 1e9)).encode(), b"1e-5", b"1e16", b"-0", b"100", b"1.5e300",
+                           b"5e-324", b"0.30000000000000004", b"1e500", str(rnd.randint(-9999, 9999)).encode()])
+    if data_type == "bit":
+        return rnd.randbytes(rnd.randint(1, 8))
+    if data_type == "set":
+        return rnd.choice([b"", b"a", b"a,b,c"])
+    if data_type == "json":
+        return rnd.choice([b'{"a": [1, 2.5, "x\\u00e9"], "b": null}', b"[]", b"3"])
+    if data_type in ("blob", "varbinary", "binary", "geometry"):
+        return rnd.randbytes(rnd.randint(0, 40))
+    if data_type == "vector":
+        return rnd.randbytes(4 * rnd.randint(0, 4))
+    text = "".join(rnd.choice(["a", "é", "\"", "\\", "\n", "\x00", "\x1f", "\x7f", "\u2028", "😀", "z" * 9, " "])
+                   for _ in range(rnd.randint(0, 30)))
+    return text.encode()
+
+
+def _info(types=TYPES) -> TableInfo:
+    return TableInfo("d", "t", tuple(f"c_{t}_{i}" for i, t in enumerate(types)), tuple(types), ("c_bigint_0",))
+
+
+def _both(buf: bytes, table_plan, head=b"", mid=None, tail=b"\n", first=0) -> bytes:
+    """lines() in Python and (when built) in C: the same bytes, returned."""
+    want = textrows.py_lines(buf, 0, len(buf), table_plan, head, mid, tail, first)
+    if C is not None:
+        assert C.lines(buf, 0, len(buf), table_plan, head, mid, tail, first) == want
+        assert C.lines(bytearray(buf), 0, len(buf), table_plan, head, mid, tail, first) == want
+    return want
+
+
+def test_every_type_c_equals_python_equals_value_encoder():
+    rnd = random.Random(30)
+    info = _info()
+    encode, table_plan = after_encoder(info), plan(info)
+    rows = [[_value(t, rnd) for t in info.types] for _ in range(400)]
+    buf = b"".join(_packets(b"".join(_lenenc(v) for v in row)) for row in rows)
+    out = _both(buf, table_plan)
+    assert out.split(b"\n")[:-1] == [encode(row) for row in rows]
+    for line in out.split(b"\n")[:-1]:
+        orjson.loads(line)  # valid JSON
+
+
+@pytest.mark.parametrize("value", [b"", b"x" * 250, b"x" * 251, b"y" * 70000, "é".encode() * 40000,
+                                   b"\xff\xfe bad utf-8 \xc3", b"\xed\xa0\x80 surrogate", b"\xf4\x90\x80\x80",
+                                   b"ok \xe2\x82", "😀".encode() * 3])
+def test_lengths_and_invalid_utf8(value):
+    info = _info(("bigint", "text", "blob", "bit"))
+    row = [b"1", value, value, value[:8] or None]
+    buf = _packets(b"".join(_lenenc(v) for v in row)) + _packets(b"".join(_lenenc(v, wide=True) for v in row))
+    out = _both(buf, plan(info))
+    assert out.split(b"\n")[:-1] == [after_encoder(info)(row)] * 2
+
+
+def test_row_of_several_packets():
+    info = _info(("bigint", "longtext", "longblob"))
+    big = b"q" * (0xFFFFFF + 100)
+    payloads = [b"".join(_lenenc(v) for v in (b"7", big, b"\x01\x02")), b"".join(_lenenc(v) for v in (b"8", b"s", None))]
+    buf = b"".join(_packets(p) for p in payloads)
+    assert textrows.py_scan(buf, 0)[:3] == (len(buf), 2, len(_packets(payloads[0])))
+    out = _both(buf, plan(info), b"<", b"#", b">\n", 41)
+    assert out == (b'<{"c_bigint_0":7,"c_longtext_1":"' + big + b'","c_longblob_2":"AQI="}#41>\n'
+                   b'<{"c_bigint_0":8,"c_longtext_1":"s","c_longblob_2":null}#42>\n')
+    exact = _packets(b"".join(_lenenc(v) for v in (b"9", b"r" * (0xFFFFFF - 7), b"")))  # ends in an empty packet
+    assert exact[-4:] == b"\x00\x00\x00\x02"
+    assert _both(exact, plan(info)) == after_encoder(info)([b"9", b"r" * (0xFFFFFF - 7), b""]) + b"\n"
+
+
+def test_scan_finds_whole_rows_eof_and_err():
+    rows = [_packets(_lenenc(str(i).encode()) + _lenenc(b"v" * i)) for i in range(1, 30)]
+    eof = _packets(b"\xfe\x00\x00\x22\x00")
+    err = _packets(b"\xff\x15\x04#28000denied")
+    body = b"".join(rows)
+    for scan in (textrows.py_scan, C.scan if C else textrows.py_scan):
+        assert scan(body + eof, 0) == (len(body), 29, len(body) - len(rows[-1]), 1)
+        assert scan(body + err, 0) == (len(body), 29, len(body) - len(rows[-1]), 2)
+        for cut in (1, 3, 4, len(rows[0]) + 2, len(body) - 1):  # a row cut short: not walked
+            pos, n, last, done = scan(body[:cut], 0)
+            assert done == 0 and pos <= cut and n == sum(1 for k in range(30) if len(b"".join(rows[:k])) <= pos) - 1
+        assert scan(eof, 0) == (0, 0, -1, 1)
+        assert scan(b"", 0) == (0, 0, -1, 0)
+        assert scan(b"\x09\x00\x00\x01\xfe" + b"\x00" * 8, 0) == (13, 1, 0, 0)  # 0xFE and 9 bytes: a row
+        with pytest.raises(ValueError):
+            scan(body, len(body) + 1)
+
+
+@pytest.mark.parametrize("payload", [b"", b"\x01", b"\x01a", b"\x01a\x01b\x01c\x01d", b"\xfc\x01", b"\xfd\x05\x00",
+                                     b"\xfe\x01\x00\x00\x00\x00\x00\x00", b"\xff\x01a", b"\x05abc",
+                                     b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f", b"\x01a\x01b\x03"])
+def test_malformed_rows_raise_in_both(payload):
+    table_plan = plan(_info(("bigint", "text")))
+    buf = _packets(payload)
+    lines = [textrows.py_lines] + ([C.lines] if C else [])
+    for fn in lines:
+        with pytest.raises(ValueError, match="malformed text-protocol row at offset 0"):
+            fn(buf, 0, len(buf), table_plan, b"", None, b"\n", 0)
+        good = _packets(_lenenc(b"1") + _lenenc(b"a"))
+        with pytest.raises(ValueError, match=f"offset {len(good)}: the row is not whole"):
+            fn(good + b"\x05\x00", 0, len(good) + 2, table_plan, b"", None, b"\n", 0)
+        with pytest.raises(ValueError, match="outside"):
+            fn(good, 0, len(good) + 1, table_plan, b"", None, b"\n", 0)
+
+
+def test_converter_errors_and_non_bytes_propagate():
+    def boom(v):
+        raise RuntimeError("converter failed")
+
+    for fn in [textrows.py_lines] + ([C.lines] if C else []):
+        bad = textrows.Plan(bytes([textrows.CALL]), (b'"a":',), (boom,), orjson.dumps)
+        buf = _packets(_lenenc(b"x"))
+        with pytest.raises(RuntimeError, match="converter failed"):
+            fn(buf, 0, len(buf), bad, b"", None, b"\n", 0)
+        text = textrows.Plan(bytes([textrows.CALL]), (b'"a":',), (lambda v: "str",), orjson.dumps)
+        with pytest.raises(TypeError, match="not bytes"):
+            fn(buf, 0, len(buf), text, b"", None, b"\n", 0)
+        with pytest.raises(ValueError):  # float() refuses it; C falls back on the column's function
+            fn(_packets(_lenenc(b"1.5x")), 0, 6, plan(_info(("double",))), b"", None, b"\n", 0)
+
+
+def test_change_lines_equal_the_sinks_dumps_of_the_change_dicts():
+    rnd = random.Random(7)
+    info = _info()
+    rows = [[_value(t, rnd) for t in info.types] for _ in range(50)]
+    buf = bytearray(b"\x01\x00\x00\x01\x0a" + b"".join(_packets(b"".join(_lenenc(v) for v in r)) for r in rows))
+    result = ResultRows(buf, 5, len(buf), len(rows), -1, len(info.types))
+    source = {"server_id": 1, "file": "b.000001", "pos": 4, "gtid": "0-1-5", "snapshot": True}
+    reader = ChunkReader(info)
+    changes = reader.changes(result, source, 1700000000, 123)
+    want = b"".join(dumps(c) + b"\n" for c in changes)
+    assert reader.lines(result, source, 1700000000, 123) == want
+    assert [orjson.loads(line)["after"] for line in want.split(b"\n")[:-1]] == \
+        [orjson.loads(after_encoder(info)(r)) for r in rows]
+    assert orjson.loads(want.split(b"\n")[0])["source"] == {**source, "row": 123}
+
+
+def test_pure_python_turns_the_c_twin_off():
+    code = ("from binlogd.protocol import textrows; import sys; "
+            "sys.exit(0 if textrows.C is None and textrows.lines is textrows.py_lines else 1)")
+    env = {**os.environ, "BINLOGD_PURE_PYTHON": "1"}
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+@need_c
+def test_c_is_the_default_when_built():
+    assert textrows.lines is C.lines and textrows.scan is C.scan
