@@ -196,6 +196,25 @@ if speedups.ENABLED:
     except ImportError:
         C = None
 
+
+
+def powers_of_ten() -> bytes:
+    """10^e for -342 <= e <= 308, each as its 128-bit mantissa rounded down (top bit set), 16 bytes: the high
+    then the low 64 bits, little-endian (the table of ``_textrows.load_powers``)."""
+    out = []
+    for e in range(-342, 309):
+        if e >= 0:
+            v = 10 ** e
+            bits = v.bit_length()
+            m = v >> (bits - 128) if bits > 128 else v << (128 - bits)
+        else:
+            d = 10 ** -e
+            m = (1 << (127 + d.bit_length())) // d
+        out.append((m >> 64).to_bytes(8, "little") + (m & (1 << 64) - 1).to_bytes(8, "little"))
+    return b"".join(out)
+
+
 py_scan, py_lines = scan, lines
 if C is not None:
+    C.load_powers(powers_of_ten())
     scan, lines = C.scan, C.lines  # noqa: F811

@@ -4,10 +4,12 @@ private thread that runs the broker's asyncio client.
 The consumer side (``rows``/``change``/``flush``/``flushed``) turns each change into one message (the bytes
 the jsonl sink writes for it, without the newline) and hands pieces of at most :data:`PIECE_BYTES` to the
 worker thread, then a *mark* per flush carrying the checkpoint that flush reaches. The worker applies them
-in order, one at a time: pieces are written (Redis: buffered, or staged in a staging stream past
+in order, one at a time: pieces are written (Redis: queued in a MULTI, or staged in a staging stream past
 ``STAGE_BYTES``; PostgreSQL: COPY into the open transaction; NATS: published with acks pending), and a mark
-commits everything before it together with its checkpoint (Redis MULTI/EXEC or a Lua script, a PostgreSQL
-COMMIT, NATS: all acks in). ``sync`` waits until the worker committed the last mark ``begin_sync`` took.
+commits everything before it together with its checkpoint (Redis MULTI/EXEC, or a Lua script for staged
+entries; a PostgreSQL COMMIT; NATS: all acks in). ``sync`` waits until the worker committed the last mark
+``begin_sync`` took. A Redis commit is confirmed (its EXEC's reply read) while the next one's pieces go out:
+by the next commit, or when the queue is empty, or once CONFIRM_SECONDS old.
 
 Memory stays bounded: at most :data:`PENDING_BYTES` of handed-over, unwritten pieces; past it the consumer
 waits (at most :data:`WAIT_SECONDS`, then a retryable SinkError). A worker error is kept and raised by the
@@ -36,6 +38,7 @@ from .base import Sink, SinkError
 PIECE_BYTES = 1 << 20     # a piece handed to the worker is about this big at most
 PENDING_BYTES = 32 << 20  # handed to the worker and not yet written: the consumer waits above this
 WAIT_SECONDS = 60.0       # longest wait for the broker (open, a write, a commit) before a retryable SinkError
+CONFIRM_SECONDS = 0.25    # a commit left in flight (Redis) is confirmed before the next op once this old
 EXIT_UNREACHABLE, EXIT_AUTH, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT = 4, 3, 6, 7, 8  # README, "Exit codes"
 _INF = float("inf")
 
@@ -270,10 +273,12 @@ class BusSink(Sink):
 
     async def _drain(self) -> None:
         """The worker: apply the queued ops in order; after an error, drop them. A commit that
-        :meth:`_commit` left in flight is confirmed by the next commit, or as soon as the queue is empty."""
-        sent = 0  # the mark whose commit is sent and not yet confirmed (0: none)
+        :meth:`_commit` left in flight is confirmed by the next commit, or as soon as the queue is empty
+        or it is CONFIRM_SECONDS old (a big transaction's pieces keep coming: ``sync`` must not wait for
+        all of them)."""
+        sent, sent_at = 0, 0.0  # the mark whose commit is sent and not yet confirmed (0: none), since when
         while True:
-            if sent and self._queue.empty():
+            if sent and (self._queue.empty() or time.monotonic() - sent_at > CONFIRM_SECONDS):
                 mark, sent = sent, 0
                 if await self._run(self._confirm()):
                     with self._cond:
@@ -288,7 +293,7 @@ class BusSink(Sink):
                 if done is not None:
                     with self._cond:
                         if done is False:  # this mark's commit is in flight, every earlier one confirmed
-                            self._committed, sent = sent or self._committed, op[1]
+                            self._committed, sent, sent_at = sent or self._committed, op[1], time.monotonic()
                         else:
                             self._committed, sent = op[1], 0
             with self._cond:

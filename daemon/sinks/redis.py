@@ -59,43 +59,70 @@ return 1
 
 
 class _Replies:
-    """The replies on the writes' connection, read from its stream and parsed here: commands are
-    pipelined, and redis-py's own parser would read ahead into replies that are not its own.
+    """The replies on the writes' connection, read from its stream and parsed here (commands are pipelined,
+    and redis-py's own parser would read ahead into replies that are not its own): by ``hiredis`` when it is
+    installed (``binlogd[bus]`` installs it), else by :class:`_PyReader`.
 
     Args:
         stream: the connection's asyncio.StreamReader.
     """
 
     def __init__(self, stream):
-        self.stream, self.buf, self.pos = stream, b"", 0
+        from redis.exceptions import ResponseError
 
-    async def _more(self) -> None:
-        chunk = await self.stream.read(1 << 18)
-        if not chunk:
-            raise ConnectionError("Redis closed the connection")
-        self.buf, self.pos = self.buf[self.pos:] + chunk, 0
-
-    async def expect(self, data: bytes) -> str | None:
-        """Read ``len(data)`` bytes; returns None when they are ``data``, else the first line that differs
-        (the connection is then out of step)."""
-        while len(self.buf) - self.pos < len(data):
-            await self._more()
-        got, end = self.buf[self.pos:self.pos + len(data)], self.pos + len(data)
-        self.pos = end
-        if got == data:
-            return None
-        at = next(i for i in range(len(got)) if got[i] != data[i])
-        return got[got.rfind(b"\n", 0, at) + 1:].split(b"\r\n", 1)[0].decode(errors="replace")
+        self.stream = stream
+        try:
+            import hiredis
+        except ImportError:
+            self.reader = _PyReader()
+        else:
+            self.reader = hiredis.Reader(replyError=ResponseError)
 
     async def reply(self):
         """One reply: bytes, int, None, a list, or (an error, also inside a list) a ResponseError,
         returned, not raised."""
         while True:
-            try:
-                value, self.pos = self._parse(self.buf, self.pos)
+            value = self.reader.gets()
+            if value is not False:
                 return value
-            except IndexError:  # incomplete
+            await self._more()
+
+    async def _more(self) -> None:
+        chunk = await self.stream.read(1 << 18)
+        if not chunk:
+            raise ConnectionError("Redis closed the connection")
+        self.reader.feed(chunk)
+
+    async def queued(self, n: int) -> str | None:
+        """Read a MULTI's replies: +OK, then ``n`` - 1 times +QUEUED. Returns None when they are, else the
+        first other reply."""
+        gets, want = self.reader.gets, b"OK"
+        for _ in range(n):
+            value = gets()
+            while value is False:
                 await self._more()
+                value = gets()
+            if value != want:
+                return str(value)
+            want = b"QUEUED"
+        return None
+
+
+class _PyReader:
+    """hiredis.Reader's ``feed``/``gets`` (errors as ResponseError values), in Python."""
+
+    def __init__(self):
+        self.buf, self.pos = b"", 0
+
+    def feed(self, data: bytes) -> None:
+        self.buf, self.pos = self.buf[self.pos:] + data, 0
+
+    def gets(self):
+        try:
+            value, self.pos = self._parse(self.buf, self.pos)
+            return value
+        except IndexError:  # incomplete
+            return False
 
     @staticmethod
     def _parse(buf: bytes, pos: int) -> tuple:
@@ -125,10 +152,10 @@ class _Replies:
                 return None, pos
             items = []
             for _ in range(count):
-                item, pos = _Replies._parse(buf, pos)
+                item, pos = _PyReader._parse(buf, pos)
                 items.append(item)
             return items, pos
-        raise ConnectionError(f"unexpected reply from Redis: {buf[pos - 2 - len(line) - 1:pos][:80]!r}")
+        raise ConnectionError(f"unexpected reply from Redis: {buf[end - len(line) - 1:end][:80]!r}")
 
 
 def _pack(parts: list) -> bytes:
@@ -154,7 +181,7 @@ class RedisSink(BusSink):
         self.stream, self.checkpoint_key = stream, checkpoint_key
         self.staging_key = f"{checkpoint_key}:staging"
         self._streams: dict = {}   # (schema, table) -> (stream name, its XADD's packed head), its type checked
-        self._buf: list = []       # (name, head), payload, … written since the last commit, not staged
+        self._buf: list = []       # the pieces written since the last commit, not staged
         self._buf_bytes = 0
         self._staged = False
         self._queued = 0           # replies owed for the open MULTI (its +OK and one +QUEUED per XADD); 0: none open
@@ -199,12 +226,17 @@ class RedisSink(BusSink):
         return self._streams[key]
 
     async def _write(self, piece: list) -> None:
-        buf, streams, size = self._buf, self._streams, 0
-        start = len(buf)
+        streams, written, last = self._streams, self._written, None
+        out = [] if self._queued else [b"*1\r\n$5\r\nMULTI\r\n"]
+        size = 0
         for meta, payload in piece:
-            name = streams.get(meta[:2]) or await self._stream_of(meta[0], meta[1])
-            buf += (name, payload)
+            stream = streams.get(meta[:2]) or await self._stream_of(meta[0], meta[1])
+            if stream is not last:
+                written.add(stream[0])
+                last = stream
+            out += (stream[1], b"$%d\r\n" % len(payload), payload, b"\r\n")
             size += len(payload)
+        self._buf.append(piece)
         self._buf_bytes += size
         if self._staged:
             if self._buf_bytes >= STAGE_BYTES:
@@ -214,21 +246,15 @@ class RedisSink(BusSink):
             await self._discard()
             await self._stage()
             return
-        out = [] if self._queued else [b"*1\r\n$5\r\nMULTI\r\n"]
-        written = self._written
-        for i in range(start, len(buf), 2):
-            (name, xadd), payload = buf[i], buf[i + 1]
-            out += (xadd, b"$%d\r\n" % len(payload), payload, b"\r\n")
-            written.add(name)
         await self._conn.send_packed_command(b"".join(out), check_health=False)
-        self._queued += (len(buf) - start) // 2 + (0 if self._queued else 1)
+        self._queued += len(piece) + (0 if self._queued else 1)
 
     async def _replies(self, n: int) -> None:
-        """Read the open MULTI's ``n`` replies (its +OK, then +QUEUED each), compared as bytes. Raises
-        SinkError at the first other reply (the connection is then out of step: the sink is reopened)."""
-        line = await self._rx.expect(b"+OK\r\n" + b"+QUEUED\r\n" * (n - 1))
-        if line is not None:
-            raise SinkError(f"{self.name}: Redis refused a queued command: {line}")
+        """Read the open MULTI's ``n`` replies (its +OK, then +QUEUED each). Raises SinkError at the first
+        other reply (the connection is then out of step: the sink is reopened)."""
+        other = await self._rx.queued(n)
+        if other is not None:
+            raise SinkError(f"{self.name}: Redis refused a queued command: {other}")
 
     async def _reply(self):
         """The next reply; raises it if it is an error (ResponseError)."""
@@ -249,8 +275,12 @@ class RedisSink(BusSink):
 
     async def _stage(self) -> None:
         await self._settle()
-        await self._eval(_STAGE, [self.staging_key], [p if i % 2 else p[0] for i, p in enumerate(self._buf)])
-        self._buf, self._buf_bytes, self._staged = [], 0, True
+        streams, args = self._streams, []
+        for piece in self._buf:
+            for meta, payload in piece:
+                args += (streams[meta[:2]][0], payload)
+        await self._eval(_STAGE, [self.staging_key], args)
+        self._buf, self._buf_bytes, self._staged, self._written = [], 0, True, set()
 
     async def _commit(self, checkpoint: bytes | None) -> bool | None:
         if self._staged:
@@ -258,7 +288,7 @@ class RedisSink(BusSink):
                 await self._stage()
             await self._settle()
             await self._eval(_MOVE, [self.staging_key, self.checkpoint_key], [checkpoint or b""])
-            self._staged = False
+            self._staged, self._written = False, set()
             return None
         if not self._queued:
             await self._settle()

@@ -1,5 +1,6 @@
-"""The bus sinks' pieces that need no broker: config subsections, position keys, URL redaction, COPY text,
-and the checks made before connecting."""
+"""The bus sinks' pieces: config subsections, position keys, URL redaction, COPY text, the checks made
+before connecting; and the Redis sink's commit paths (MULTI/EXEC, staging, a refused entry) on a private
+redis-server (tests.support.brokers)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,88 @@ def test_open_refuses_another_sinks_state(kind):
     with pytest.raises(SinkError) as err:
         sink.open({"file": "changes-000001.jsonl", "offset": 10})
     assert err.value.fatal and err.value.exit_code == 8 and "not a" in str(err.value)
+
+
+# ---------------------------------------------------------------- the Redis sink's commits, on a real redis-server
+def _change(table: str, i: int, size: int = 200) -> dict:
+    return {"schema": "d", "table": table, "op": "insert", "after": {"id": i, "v": "x" * size},
+            "source": {"file": "b.000001", "pos": 1000 + i, "row": 0, "server_id": 1, "gtid": None}}
+
+
+def _commit(sink, changes: list, pos: int) -> bytes:
+    from binlogd.library.checkpointfile import Checkpoint
+    from binlogd.protocol.position import Position
+
+    for change in changes:
+        sink.change(change)
+    sink.flush()
+    checkpoint = Checkpoint(Position("b.000001", pos))
+    sink.flushed(checkpoint)
+    sink.begin_sync()
+    sink.sync()
+    return checkpoint.to_bytes()
+
+
+@pytest.fixture
+def redis_server():
+    """A private redis-server (tests.support.brokers.RedisServer), closed after."""
+    from tests.support.brokers import RedisServer, require
+
+    require("redis")
+    with RedisServer() as server:
+        yield server
+
+
+def _ids(client, stream: str) -> list:
+    import json
+
+    return [json.loads(fields[b"change"])["after"]["id"] for _, fields in client.xrange(stream)]
+
+
+def test_redis_sink_multi_then_staged_then_multi(redis_server, monkeypatch):
+    """Small commits go in one MULTI/EXEC; one over STAGE_BYTES (several pieces) is discarded from its
+    MULTI, staged and moved; every entry arrives once, in order, with the checkpoint."""
+    import redis
+
+    from binlogd.daemon.sinks import bus
+    from binlogd.daemon.sinks import redis as redis_sink
+
+    monkeypatch.setattr(bus, "PIECE_BYTES", 20_000)
+    monkeypatch.setattr(redis_sink, "STAGE_BYTES", 100_000)
+    client = redis.Redis.from_url(redis_server.url)
+    sink = redis_sink.RedisSink(redis_server.url)
+    sink.open(None)
+    try:
+        _commit(sink, [_change("a", i) for i in range(10)], 2000)
+        assert client.get("binlogd:checkpoint:binlogd") is not None and client.xlen("binlogd:d.a") == 10
+        big = [_change("a" if i % 3 else "b", i) for i in range(10, 1010)]  # ~230 kB: staged
+        _commit(sink, big, 3000)
+        last = _commit(sink, [_change("b", i) for i in range(1010, 1020)], 4000)
+    finally:
+        sink.close()
+    assert _ids(client, "binlogd:d.a") == [i for i in range(1010) if i < 10 or i % 3]
+    assert _ids(client, "binlogd:d.b") == [i for i in range(10, 1020) if i >= 1010 or i % 3 == 0]
+    assert client.get("binlogd:checkpoint:binlogd") == last
+    assert not client.exists("binlogd:checkpoint:binlogd:staging")
+
+
+def test_redis_sink_refused_entry_keeps_checkpoint(redis_server):
+    """An XADD refused inside EXEC (the stream became a string after the sink checked it) stops the
+    commit's checkpoint: the key keeps the previous one, and the error is fatal (exit 6)."""
+    import redis
+
+    from binlogd.daemon.sinks.redis import RedisSink
+
+    client = redis.Redis.from_url(redis_server.url)
+    sink = RedisSink(redis_server.url)
+    sink.open(None)
+    try:
+        first = _commit(sink, [_change("a", 0)], 2000)
+        client.delete("binlogd:d.a")
+        client.set("binlogd:d.a", "not a stream")
+        with pytest.raises(SinkError) as err:
+            _commit(sink, [_change("b", 1), _change("a", 2)], 3000)
+    finally:
+        sink.close()
+    assert err.value.fatal and err.value.exit_code == 6 and "WRONGTYPE" in str(err.value)
+    assert client.get("binlogd:checkpoint:binlogd") == first

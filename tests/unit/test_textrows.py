@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
+import struct
 import subprocess
 import sys
 
@@ -201,6 +203,49 @@ def test_change_lines_equal_the_sinks_dumps_of_the_change_dicts():
     assert [orjson.loads(line)["after"] for line in want.split(b"\n")[:-1]] == \
         [orjson.loads(after_encoder(info)(r)) for r in rows]
     assert orjson.loads(want.split(b"\n")[0])["source"] == {**source, "row": 123}
+
+
+def test_large_buffer_without_the_gil_with_values_that_need_python():
+    """A buffer of 64 KiB or more is converted without the GIL; a value that needs Python (text that is not
+    UTF-8, a DOUBLE text that is not the shortest, BIT over 8 bytes) takes it back, and an error at the end is
+    still raised as such."""
+    info = _info(("bigint", "text", "double", "bit", "varchar"))
+    rows = [[str(i).encode(), b"ok \xff bad" if i % 97 == 0 else b"plain text " * 3,
+             b"0.1000000000000000055511151231257827" if i % 89 == 0 else repr(i / 7).encode(),
+             b"\x01" * 9 if i % 83 == 0 else b"\x05", "é".encode() * (i % 5)] for i in range(3000)]
+    buf = b"".join(_packets(b"".join(_lenenc(v) for v in r)) for r in rows)
+    assert len(buf) >= 1 << 16
+    out = _both(buf, plan(info), b"", b"|", b"\n", 5)
+    assert out.split(b"\n")[:-1] == [after_encoder(info)(r) + b"|" + str(5 + i).encode() for i, r in enumerate(rows)]
+    bad = buf + _packets(b"\x01")
+    for fn in [textrows.py_lines] + ([C.lines] if C else []):
+        with pytest.raises(ValueError, match=f"offset {len(buf)}: fewer values than columns"):
+            fn(bad, 0, len(bad), plan(info), b"", None, b"\n", 0)
+
+
+@need_c
+def test_fast_double_text_equals_orjson():
+    """The C way of writing a DOUBLE's text (no Python) gives orjson.dumps(float(text)) byte for byte, or
+    declines (None), on shortest, longer and shorter texts of random doubles."""
+    rnd = random.Random(31)
+    fast = 0
+    for _ in range(40000):
+        x = struct.unpack("<d", rnd.randbytes(8))[0]
+        texts = [repr(rnd.uniform(-1e9, 1e9)), repr(rnd.random() * 10.0 ** rnd.randint(-30, 30)),
+                 f"{rnd.randint(1, 10 ** rnd.randint(1, 17))}e{rnd.randint(-30, 30)}"]
+        if math.isfinite(x):
+            texts += [repr(x), "%.17g" % x, "%.16g" % x, "%.15e" % x]
+        for text in texts:
+            got = C.double_json(text.encode(), orjson.dumps)
+            if got is not None:
+                fast += 1
+                assert got == orjson.dumps(float(text)), text
+            assert C.double(text.encode()) in (None, float(text))
+    assert fast > 150000  # most go the fast way
+    for text in ["0", "-0", "1e16", "1e15", "1e-5", "1e-4", "100", "0.1", "5e-324", "1e400", "1.7976931348623157e308"]:
+        got = C.double_json(text.encode(), orjson.dumps)
+        assert got is None or got == orjson.dumps(float(text)), text
+    assert C.double_json(b"1.5", lambda f: b"other layout") is None  # another dumps: declined
 
 
 def test_pure_python_turns_the_c_twin_off():
