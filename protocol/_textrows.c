@@ -16,8 +16,10 @@ enum { K_RAW, K_QUOTED, K_TEXT, K_BASE64, K_BIT, K_DOUBLE, K_CALL, K_COUNT };
 
 /* ------------------------------------------------------------------ output buffer */
 
-/* The output, in memory of the raw allocator: the conversion may run without the GIL (see lines()). */
+/* The output, written straight into a bytes object (s is its buffer), sized ahead so that it seldom grows:
+ * growing takes the GIL when the conversion runs without it (see lines()). */
 typedef struct {
+    PyObject *bytes;
     char *s;
     Py_ssize_t len, cap;
     int nogil;             /* the GIL is released around the loop: hold() before touching Python, drop() after */
@@ -58,10 +60,15 @@ reserve(Out *o, Py_ssize_t n)
     Py_ssize_t cap = o->cap ? o->cap : 1 << 16;
     while (cap < o->len + n)
         cap *= 2;
-    char *s = PyMem_RawRealloc(o->s, (size_t)cap);
-    if (s == NULL)
+    hold(o);
+    int ok = o->bytes == NULL ? (o->bytes = PyBytes_FromStringAndSize(NULL, cap)) != NULL
+                              : _PyBytes_Resize(&o->bytes, cap) == 0;
+    if (!ok)
+        PyErr_Clear();
+    drop(o);
+    if (!ok)
         return fail(o, 0, NO_MEMORY);
-    o->s = s;
+    o->s = PyBytes_AS_STRING(o->bytes);
     o->cap = cap;
     return 0;
 }
@@ -464,11 +471,9 @@ nearest_is(uint64_t w, int e10, uint64_t bits)
  * (nearest_is()), or else the only one of those that reads back as it (neither neighbour does). Then laid out as orjson does (as Ryu's format64):
  * 1234e7 -> 12340000000.0, 1234e-2 -> 12.34, 1234e-6 -> 0.001234, else 1.234e33 (1e33 for one digit),
  * positional while the decimal point falls within 16 digits, from 5 zeros after it; a positive exponent with
- * its + sign or without, as the dumps in use writes it (orjson's versions differ: see calibrate()). */
-static int exp_plus;   /* the layout of the dumps in use: 1e+16 (1) or 1e16 (0); see calibrate() */
-
+ * its + sign (exp_plus) or without, as the dumps in use writes it (orjson's versions differ: see calibrate()). */
 static int
-double_text(const unsigned char *s, Py_ssize_t n, char *out)
+double_text(const unsigned char *s, Py_ssize_t n, char *out, int exp_plus)
 {
     int neg, e10;
     uint64_t w, bits;
@@ -575,26 +580,26 @@ load_powers(PyObject *Py_UNUSED(self), PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* Whether double_text() writes what dumps writes, in one of its layouts (then exp_plus is set to it): checked
- * on numbers of each form once per dumps function; -1 on an error of dumps. */
-static PyObject *calibrated_for;   /* the dumps checked last (a borrowed reference, compared only) */
-static int calibrated_ok;
+/* Whether double_text() writes what dumps writes: 1 in the layout without a + in positive exponents, 2 with
+ * it, 0 in neither (then it is not used); checked on numbers of each form, once for each dumps function in
+ * turn (the last one is kept, with a reference); -1 on an error of dumps. */
+static PyObject *calibrated_for;
+static int calibrated_as;
 
 static int
 calibrate(PyObject *dumps)
 {
     static const char *const probes[] = {"1e16", "1e15", "1e-5", "1e-4", "0.0001234", "1.5e300", "1.25e-7",
-                                         "123456789012345.6", "-0", "100", "1.2345678901234567e300", "-9.87654321e+250", "2.5e-200",
-                                         "-123456789.12345679", "4.997731522e17", "1e22"};
+                                         "123456789012345.6", "-0", "100", "1.2345678901234567e300", "-9.87654321e+250",
+                                         "2.5e-200", "-123456789.12345679", "4.997731522e17", "1e22"};
     if (dumps == calibrated_for)
-        return calibrated_ok;
-    int ok = 0;
-    for (int plus = 0; plus < 2 && !ok; plus++) {
-        exp_plus = plus;
-        ok = 1;
+        return calibrated_as;
+    int as = 0;
+    for (int plus = 0; plus < 2 && !as; plus++) {
+        int ok = 1;
         for (size_t i = 0; i < sizeof probes / sizeof probes[0] && ok; i++) {
             char out[32];
-            int n = double_text((const unsigned char *)probes[i], (Py_ssize_t)strlen(probes[i]), out);
+            int n = double_text((const unsigned char *)probes[i], (Py_ssize_t)strlen(probes[i]), out, plus);
             PyObject *f = PyFloat_FromDouble(PyOS_string_to_double(probes[i], NULL, NULL));
             PyObject *r = f ? PyObject_CallOneArg(dumps, f) : NULL;
             Py_XDECREF(f);
@@ -603,21 +608,23 @@ calibrate(PyObject *dumps)
             ok = n > 0 && PyBytes_Check(r) && PyBytes_GET_SIZE(r) == n && memcmp(PyBytes_AS_STRING(r), out, n) == 0;
             Py_DECREF(r);
         }
+        as = ok ? 1 + plus : 0;
     }
-    calibrated_for = dumps;
-    calibrated_ok = ok;
-    return ok;
+    Py_INCREF(dumps);
+    Py_XSETREF(calibrated_for, dumps);
+    calibrated_as = as;
+    return as;
 }
 
 /* A DOUBLE's text as dumps(float(text)) writes it: by double_text(), else (with the GIL) by dumps of
  * strtod's double, else by the column's Python function (text strtod does not take). */
 static int
-put_double(Out *o, const unsigned char *s, Py_ssize_t n, PyObject *dumps, PyObject *fallback, int fast_ok)
+put_double(Out *o, const unsigned char *s, Py_ssize_t n, PyObject *dumps, PyObject *fallback, int layout)
 {
     char tmp[64];
     if (reserve(o, 32) < 0)
         return -1;
-    int fast = fast_ok ? double_text(s, n, o->s + o->len) : 0;
+    int fast = layout ? double_text(s, n, o->s + o->len, layout == 2) : 0;
     if (fast) {
         o->len += fast;
         return 0;
@@ -715,7 +722,7 @@ typedef struct {
     PyObject *names;   /* tuple of bytes: each column's '"name":' */
     PyObject *calls;   /* tuple: each column's converter (K_CALL), fallback (K_BIT, K_DOUBLE) or None */
     PyObject *dumps;
-    int fast_double;   /* double_text() writes as dumps does (calibrate()) */
+    int fast_double;   /* double_text() writes as dumps does: calibrate()'s answer */
 } Plan;
 
 /* One row's payload p[0..n) as its JSON object. */
@@ -834,7 +841,7 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
     if (!PyArg_ParseTuple(args, "y*nnOSOSL:lines", &view, &start, &end, &plan_t, &head, &mid, &tail, &first))
         return NULL;
     PyObject *result = NULL;
-    Out o = {NULL, 0, 0, 0, NULL, NULL, 0};
+    Out o = {NULL, NULL, 0, 0, 0, NULL, NULL, 0};
     unsigned char *joined = NULL;
     kinds.obj = NULL;
     if (!PyArg_ParseTuple(plan_t, "y*O!O!O:lines plan", &kinds, &PyTuple_Type, &names, &PyTuple_Type, &calls,
@@ -871,10 +878,14 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
      * column calls Python for each value; the rare value that needs Python takes it back (hold/drop). Every
      * object used is held by the arguments, and the buffer's export keeps it from resizing. */
     o.nogil = !calls_python && end - start >= (1 << 16);
+    Py_ssize_t rows_guess = (end - start) / 64 + 1, per_row = PyBytes_GET_SIZE(head) + PyBytes_GET_SIZE(tail) + 24
+        + (mid != Py_None ? PyBytes_GET_SIZE(mid) : 0) + 2;
+    for (Py_ssize_t k = 0; k < plan.ncols; k++)
+        per_row += PyBytes_GET_SIZE(PyTuple_GET_ITEM(names, k)) + 1;
+    if (reserve(&o, (end - start) * 3 / 2 + rows_guess * per_row + 64) < 0)   /* seldom outgrown */
+        goto loop_done;
     if (o.nogil)
         o.save = PyEval_SaveThread();
-    if (reserve(&o, (end - start) * 2 + 64) < 0)
-        goto loop_done;
     while (pos < end) {
         if (!row_at(b, pos, end, &next, &size, &multi)) {
             fail(&o, pos, "the row is not whole");
@@ -917,7 +928,10 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
     if (o.nogil)
         PyEval_RestoreThread(o.save);
     o.nogil = 0;
-    result = PyBytes_FromStringAndSize(o.s, o.len);
+    if (_PyBytes_Resize(&o.bytes, o.len) == 0) {
+        result = o.bytes;
+        o.bytes = NULL;
+    }
 loop_done:
     if (o.nogil)
         PyEval_RestoreThread(o.save);
@@ -926,7 +940,7 @@ loop_done:
     else if (o.err != NULL)
         PyErr_Format(PyExc_ValueError, "malformed text-protocol row at offset %zd: %s", o.err_at, o.err);
 done:
-    PyMem_RawFree(o.s);
+    Py_XDECREF(o.bytes);
     PyMem_RawFree(joined);
     if (kinds.obj != NULL)
         PyBuffer_Release(&kinds);
@@ -954,12 +968,12 @@ double_json(PyObject *Py_UNUSED(self), PyObject *args)
     PyObject *arg, *dumps;
     if (!PyArg_ParseTuple(args, "SO:double_json", &arg, &dumps))
         return NULL;
-    int ok = calibrate(dumps);
-    if (ok < 0)
+    int layout = calibrate(dumps);
+    if (layout < 0)
         return NULL;
-    if (!ok)
+    if (!layout)
         Py_RETURN_NONE;
-    int n = double_text((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg), out);
+    int n = double_text((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg), out, layout == 2);
     if (!n)
         Py_RETURN_NONE;
     return PyBytes_FromStringAndSize(out, n);

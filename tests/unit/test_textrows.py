@@ -217,7 +217,7 @@ def test_large_buffer_without_the_gil_with_values_that_need_python():
     assert len(buf) >= 1 << 16
     out = _both(buf, plan(info), b"", b"|", b"\n", 5)
     assert out.split(b"\n")[:-1] == [after_encoder(info)(r) + b"|" + str(5 + i).encode() for i, r in enumerate(rows)]
-    bad = buf + _packets(b"\x01")
+    bad = buf + _packets(_lenenc(b"1"))
     for fn in [textrows.py_lines] + ([C.lines] if C else []):
         with pytest.raises(ValueError, match=f"offset {len(buf)}: fewer values than columns"):
             fn(bad, 0, len(bad), plan(info), b"", None, b"\n", 0)
