@@ -54,11 +54,17 @@ class NatsSink(BusSink):
         async def quiet(exc):  # errors reach us through the calls; nats-py would log each one
             pass
 
+        async def lost():  # nats-py's ack futures have no timeout: fail them when the connection goes
+            for ack, _seq in self._acks:
+                if not ack.done():
+                    ack.set_exception(SinkError(f"{self.name}: the connection to the NATS server was lost"))
+
         self._acks = deque()
         # no reconnects: an error ends the session and the daemon reopens at the durable state (with 0,
         # nats-py's first connect would try forever)
         self._nc = await nats.connect(self.url, connect_timeout=10, allow_reconnect=False,
-                                      max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=quiet)
+                                      max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=quiet,
+                                      disconnected_cb=lost, closed_cb=lost)
         self.max_change_bytes = self._nc.max_payload - HEADER_ROOM
         self._js = self._nc.jetstream(timeout=WAIT_SECONDS / 4, publish_async_max_pending=4000)
         try:
