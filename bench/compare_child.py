@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 MARK = "@@bench.compare "
-OURS = ("binlogd", "protocol", "daemon", "pipeline", "bench")  # top-level names of either tree
+OURS = ("binlogd", "protocol", "library", "daemon", "pipeline", "cli", "bench")  # top-level names of either tree
 
 
 class _Server:
@@ -51,7 +51,7 @@ def _child_probe(spec: dict) -> dict:
     rowcodec = importlib.import_module(proto + ".rowcodec")
     importlib.import_module(spec["prefix"] + "daemon.service")
     importlib.import_module("binlogd.cli")
-    found = [n for n in ("_rowimage", "_jsonrows", "_skim") if importlib.util.find_spec(f"{proto}.{n}")]
+    found = [n for n in ("_rowimage", "_skim") if importlib.util.find_spec(f"{proto}.{n}")]
     return {"c_extensions": found, "row_speedups": rowcodec.speedups_enabled()}
 
 

@@ -34,7 +34,7 @@ from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
 from binlogd.protocol.position import PositionTracker
 
-from . import incremental, snapshot, systemd
+from . import systemd
 from .checkpoint import CheckpointError, CheckpointStore, ResumeState
 from .committer import Committer
 from .consumer import Consumer
@@ -318,7 +318,7 @@ class Daemon:
             await self._reopen_sink()  # first: the sync in flight moves the durable state the session resumes from
             resume = await self._resume_state(session, endpoint, info)
             await self._attach_schema(info, resume)  # before a snapshot seeds it: whose history it is
-            snapped = await snapshot.run(self, info, endpoint, resume)  # [snapshot]: the tables first, when due
+            snapped = await self._snapshot(info, endpoint, resume)
             if snapped is not resume:
                 resume = snapped
                 await self._attach_schema(info, resume)  # the history at the snapshot's position
@@ -341,6 +341,14 @@ class Daemon:
         return dataclasses.replace(resume, by_gtid=resume.by_gtid or self.hosts.by_gtid, source={
             "host": endpoint, "flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid,
             "version": info.version_text})
+
+    async def _snapshot(self, info: ServerInfo, endpoint: str, resume: ResumeState) -> ResumeState:
+        """[snapshot]: the tables first, when one is due (:func:`snapshot.run` decides); where to stream from."""
+        if self.cfg.snapshot.mode == "never" and resume.snapshot is None:
+            return resume
+        from . import snapshot  # its modules only where snapshots are configured
+
+        return await snapshot.run(self, info, endpoint, resume)
 
     async def _reopen_sink(self) -> None:
         """Back to the last durable commit: discard what the last session wrote after it."""
@@ -369,7 +377,9 @@ class Daemon:
                                  self.schema, self._ending)
         if self.cfg.snapshot.signal_table:  # incremental snapshots: signals seen in the stream
             if self.sink.wants_rows:
-                self.consumer.incremental = incremental.Incremental(self, info, resume.incremental)
+                from .incremental import Incremental
+
+                self.consumer.incremental = Incremental(self, info, resume.incremental)
             elif self.sessions == 0:
                 self.log.warning("snapshot.signal_table is not used: the sink takes no rows")
         return self.consumer
