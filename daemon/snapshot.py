@@ -363,7 +363,7 @@ class Snapshot:
         source, ts, sink = self._source(), self.state["view"].get("ts", self.view_ts), self.daemon.sink
         if self.fast:
             take = getattr(sink, "change_lines", None)
-            if take is not None and take(reader.lines(rows, source, ts, self.state["rows"])):
+            if take is not None and reader.write_lines(rows, source, ts, self.state["rows"], take):
                 return
             changes = reader.changes(rows, source, ts, self.state["rows"])
         else:

@@ -26,7 +26,7 @@ from binlogd.protocol.values import float32
 from .snapshotrows import _BYTES, _INTS, TableInfo, _vector
 
 COM_QUERY = 3
-_READ = 1 << 20
+_READ = 1 << 26   # at most: a read takes what the stream holds (no copy of a rest left behind)
 
 
 def _dq(v: bytes) -> bytes:
@@ -165,19 +165,41 @@ class ResultRows:
         return out
 
 
-async def _more(conn, reader, buf: bytearray) -> None:
-    data = await reader.read(_READ)
-    if not data:
-        from pymysql.err import OperationalError
+class _Buffer:
+    """The bytes of one result set as read: ``data[:size]`` (``data`` may be longer: a buffer used again keeps
+    its memory, so no page of it is new)."""
 
-        conn.close()
-        raise OperationalError(2013, "Lost connection to server during a snapshot chunk")
-    buf += data
+    __slots__ = ("data", "size")
+
+    def __init__(self, data: bytearray | None = None):
+        self.data, self.size = data if data is not None else bytearray(), 0
+
+    async def more(self, conn, reader) -> None:
+        """Append what the connection's stream holds (waiting for some).
+
+        Raises:
+            OperationalError: 2013, the connection ended.
+        """
+        data = await reader.read(_READ)
+        if not data:
+            from pymysql.err import OperationalError
+
+            conn.close()
+            raise OperationalError(2013, "Lost connection to server during a snapshot chunk")
+        end = self.size + len(data)
+        self.data[self.size:min(end, len(self.data))] = data   # over the old bytes, growing past them
+        self.size = end
+
+    def scan(self, pos: int) -> tuple[int, int, int, int]:
+        """:func:`textrows.scan` of what is read."""
+        with memoryview(self.data)[:self.size] as view:
+            return textrows.scan(view, pos)
 
 
-async def query_result(conn, sql: str) -> ResultRows:
+async def query_result(conn, sql: str, buffer: bytearray | None = None) -> ResultRows:
     """Run ``sql`` (one SELECT) on an aiomysql connection and read its whole result set in large blocks: the
-    header (column count, definitions, EOF) framed here, the rows by :func:`textrows.scan`.
+    header (column count, definitions, EOF) framed here, the rows by :func:`textrows.scan`. ``buffer``: a
+    bytearray to read into (its old contents are overwritten; the result's rows are in it), else a new one.
 
     Raises:
         pymysql.err.Error: the server's error (as PyMySQL raises it); OperationalError 2013 when the connection
@@ -187,11 +209,12 @@ async def query_result(conn, sql: str) -> ResultRows:
 
     await conn._execute_command(COM_QUERY, sql)
     reader = conn._reader
-    buf, pos, columns, skip = bytearray(), 0, -1, 0
+    got = _Buffer(buffer)
+    buf, pos, columns, skip = got.data, 0, -1, 0
     while columns < 0 or skip:
-        if len(buf) - pos >= 4:
+        if got.size - pos >= 4:
             length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
-            if len(buf) - pos - 4 >= length:
+            if got.size - pos - 4 >= length:
                 payload = bytes(buf[pos + 4:pos + 4 + length])
                 pos += 4 + length
                 first = payload[0] if payload else 0
@@ -203,20 +226,20 @@ async def query_result(conn, sql: str) -> ResultRows:
                 else:
                     skip -= 1
                 continue
-        await _more(conn, reader, buf)
+        await got.more(conn, reader)
     start, rows, last = pos, 0, -1
     while True:
-        pos, n, at, done = textrows.scan(buf, pos)
+        pos, n, at, done = got.scan(pos)
         rows += n
         if at >= 0:
             last = at
         if done:
             break
-        await _more(conn, reader, buf)
+        await got.more(conn, reader)
     length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
     if done == 2:
         _raise_err(bytes(buf[pos + 4:pos + 4 + length]))
-    if pos + 4 + length != len(buf):
+    if pos + 4 + length != got.size:
         raise OperationalError(2027, "unexpected data after a snapshot chunk's result")
     return ResultRows(buf, start, pos, rows, last, columns)
 
@@ -295,16 +318,20 @@ class ChunkReader:
         self.info = info
         self.plan = plan(info)
         self._key_at = [info.columns.index(k) for k in info.key]
+        self._buffers = [bytearray(), bytearray()]   # used in turn: a chunk's rows stay while the next is read
+        self._out = bytearray()                      # write_lines' output, kept
 
     async def fetch(self, conn, after: list | None, limit: int | None) -> tuple[ResultRows, list | None]:
         """The chunk after key ``after`` (None: from the start) of at most ``limit`` rows (None: all): its rows
-        as read (``len()`` of it: how many), and its last key (None when it is empty or there is no key).
+        as read (``len()`` of it: how many; valid until the fetch after the next, which reads into the same
+        memory), and its last key (None when it is empty or there is no key).
 
         Raises:
             pymysql.err.Error: the server's error, or the connection's.
         """
         info = self.info
-        result = await query_result(conn, info.chunk_sql(after, limit, conn.escape))
+        self._buffers.reverse()
+        result = await query_result(conn, info.chunk_sql(after, limit, conn.escape), self._buffers[0])
         last = None
         if result.rows and info.key:
             values = result.last_values()
@@ -314,11 +341,22 @@ class ChunkReader:
     def lines(self, result: ResultRows, source: dict, ts: int, first: int) -> bytes:
         """The rows of :meth:`fetch` as the JSON lines (each ending in a newline) that a sink in the "binlogd"
         format writes for the change dicts of :meth:`changes`: the same bytes."""
+        return textrows.lines(result.buf, result.start, result.end, self.plan, *self._envelope(source, ts), first)
+
+    def write_lines(self, result: ResultRows, source: dict, ts: int, first: int, take) -> bool:
+        """``take(view)`` of a view of :meth:`lines` (the same bytes, written into memory kept from chunk to
+        chunk); returns what ``take`` returns. The view is released when ``take`` returns."""
+        n = textrows.lines(result.buf, result.start, result.end, self.plan, *self._envelope(source, ts), first,
+                           self._out)
+        with memoryview(self._out)[:n] as view:
+            return take(view)
+
+    def _envelope(self, source: dict, ts: int) -> list[bytes]:
+        """(head, mid, tail) of :func:`textrows.lines` for these rows' change lines."""
         head, mid, tail = _split_line({"op": "read", "schema": self.info.schema, "table": self.info.table,
                                        "before": None, "after": orjson.Fragment(b"\0"), "ts": ts,
                                        "source": {**source, "row": orjson.Fragment(b"\0")}})
-        return textrows.lines(result.buf, result.start, result.end, self.plan, head, mid, tail + b"\n",
-                              first)
+        return [head, mid, tail + b"\n"]
 
     def changes(self, result: ResultRows, source: dict, ts: int, first: int) -> list[dict]:
         """The rows of :meth:`fetch` as ``op: "read"`` change dicts whose ``after`` is an

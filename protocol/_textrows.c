@@ -5,7 +5,8 @@
  * scan(buf, pos): walks the whole rows (a row of 16 MiB or more spans several packets) from pos; returns
  *   (pos, rows, last, done): where it stopped, how many rows it walked, where the last one starts (-1: none),
  *   and why it stopped: 0 the next row is not whole in buf, 1 an EOF packet starts at pos, 2 an ERR packet.
- * lines(buf, start, end, plan, head, mid, tail, first): the rows from start to end as JSON bytes.
+ * lines(buf, start, end, plan, head, mid, tail, first[, into]): the rows from start to end as JSON bytes; with
+ *   a bytearray into, written at its start (it grows when too short, never shrinks) and their length returned.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,10 +17,11 @@ enum { K_RAW, K_QUOTED, K_TEXT, K_BASE64, K_BIT, K_DOUBLE, K_CALL, K_COUNT };
 
 /* ------------------------------------------------------------------ output buffer */
 
-/* The output, written straight into a bytes object (s is its buffer), sized ahead so that it seldom grows:
- * growing takes the GIL when the conversion runs without it (see lines()). */
+/* The output, written straight into a bytes object, or the caller's bytearray (into): s is its buffer, sized
+ * ahead so that it seldom grows; growing takes the GIL when the conversion runs without it (see lines()). */
 typedef struct {
     PyObject *bytes;
+    int into;
     char *s;
     Py_ssize_t len, cap;
     int nogil;             /* the GIL is released around the loop: hold() before touching Python, drop() after */
@@ -29,6 +31,7 @@ typedef struct {
 } Out;
 
 static const char NO_MEMORY[] = "no memory";
+static const char PY_ERROR[] = "";   /* the Python exception set says what */
 
 static int
 fail(Out *o, Py_ssize_t at, const char *what)
@@ -61,14 +64,14 @@ reserve(Out *o, Py_ssize_t n)
     while (cap < o->len + n)
         cap *= 2;
     hold(o);
-    int ok = o->bytes == NULL ? (o->bytes = PyBytes_FromStringAndSize(NULL, cap)) != NULL
-                              : _PyBytes_Resize(&o->bytes, cap) == 0;
-    if (!ok)
-        PyErr_Clear();
+    int ok = o->into ? PyByteArray_Resize(o->bytes, cap) == 0
+             : o->bytes == NULL ? (o->bytes = PyBytes_FromStringAndSize(NULL, cap)) != NULL
+             : _PyBytes_Resize(&o->bytes, cap) == 0;
+    if (ok)
+        o->s = o->into ? PyByteArray_AS_STRING(o->bytes) : PyBytes_AS_STRING(o->bytes);
     drop(o);
     if (!ok)
-        return fail(o, 0, NO_MEMORY);
-    o->s = PyBytes_AS_STRING(o->bytes);
+        return fail(o, 0, PY_ERROR);
     o->cap = cap;
     return 0;
 }
@@ -90,7 +93,7 @@ put_result(Out *o, PyObject *r)
     if (r == NULL)
         return -1;
     int ok = PyBytes_Check(r) ? put(o, PyBytes_AS_STRING(r), PyBytes_GET_SIZE(r)) : -1;
-    if (ok < 0 && o->err == NULL)
+    if (ok < 0 && !PyErr_Occurred())
         PyErr_Format(PyExc_TypeError, "a value converter returned %.100s, not bytes", Py_TYPE(r)->tp_name);
     Py_DECREF(r);
     return ok;
@@ -836,12 +839,24 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer view, kinds;
     Py_ssize_t start, end;
-    PyObject *plan_t, *head, *mid, *tail, *names, *calls, *dumps;
+    PyObject *plan_t, *head, *mid, *tail, *names, *calls, *dumps, *into = Py_None;
     long long first;
-    if (!PyArg_ParseTuple(args, "y*nnOSOSL:lines", &view, &start, &end, &plan_t, &head, &mid, &tail, &first))
+    if (!PyArg_ParseTuple(args, "y*nnOSOSL|O:lines", &view, &start, &end, &plan_t, &head, &mid, &tail, &first,
+                          &into))
         return NULL;
     PyObject *result = NULL;
-    Out o = {NULL, NULL, 0, 0, 0, NULL, NULL, 0};
+    Out o = {NULL, 0, NULL, 0, 0, 0, NULL, NULL, 0};
+    if (into != Py_None) {
+        if (!PyByteArray_Check(into)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "lines: into must be a bytearray or None");
+            return NULL;
+        }
+        o.bytes = into;   /* borrowed: the caller's */
+        o.into = 1;
+        o.s = PyByteArray_AS_STRING(into);
+        o.cap = PyByteArray_GET_SIZE(into);
+    }
     unsigned char *joined = NULL;
     kinds.obj = NULL;
     if (!PyArg_ParseTuple(plan_t, "y*O!O!O:lines plan", &kinds, &PyTuple_Type, &names, &PyTuple_Type, &calls,
@@ -877,13 +892,15 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
     /* A large buffer is converted without the GIL (another thread may read the next one meanwhile) unless a
      * column calls Python for each value; the rare value that needs Python takes it back (hold/drop). Every
      * object used is held by the arguments, and the buffer's export keeps it from resizing. */
-    o.nogil = !calls_python && end - start >= (1 << 16);
-    Py_ssize_t rows_guess = (end - start) / 64 + 1, per_row = PyBytes_GET_SIZE(head) + PyBytes_GET_SIZE(tail) + 24
+    Py_ssize_t rows_guess = 0, per_row = PyBytes_GET_SIZE(head) + PyBytes_GET_SIZE(tail) + 24
         + (mid != Py_None ? PyBytes_GET_SIZE(mid) : 0) + 2;
     for (Py_ssize_t k = 0; k < plan.ncols; k++)
         per_row += PyBytes_GET_SIZE(PyTuple_GET_ITEM(names, k)) + 1;
+    for (Py_ssize_t q = start; q < end && row_at(b, q, end, &next, &size, &multi); q = next)
+        rows_guess++;
     if (reserve(&o, (end - start) * 3 / 2 + rows_guess * per_row + 64) < 0)   /* seldom outgrown */
         goto loop_done;
+    o.nogil = !calls_python && end - start >= (1 << 16);
     if (o.nogil)
         o.save = PyEval_SaveThread();
     while (pos < end) {
@@ -928,7 +945,9 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
     if (o.nogil)
         PyEval_RestoreThread(o.save);
     o.nogil = 0;
-    if (_PyBytes_Resize(&o.bytes, o.len) == 0) {
+    if (o.into)
+        result = PyLong_FromSsize_t(o.len);
+    else if (_PyBytes_Resize(&o.bytes, o.len) == 0) {
         result = o.bytes;
         o.bytes = NULL;
     }
@@ -937,10 +956,11 @@ loop_done:
         PyEval_RestoreThread(o.save);
     if (o.err == NO_MEMORY)
         PyErr_NoMemory();
-    else if (o.err != NULL)
+    else if (o.err != NULL && o.err != PY_ERROR)
         PyErr_Format(PyExc_ValueError, "malformed text-protocol row at offset %zd: %s", o.err_at, o.err);
 done:
-    Py_XDECREF(o.bytes);
+    if (!o.into)
+        Py_XDECREF(o.bytes);
     PyMem_RawFree(joined);
     if (kinds.obj != NULL)
         PyBuffer_Release(&kinds);
@@ -982,7 +1002,7 @@ double_json(PyObject *Py_UNUSED(self), PyObject *args)
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "scan(buf, pos) -> (pos, rows, last, done): see protocol/textrows.py"},
     {"lines", lines, METH_VARARGS,
-     "lines(buf, start, end, plan, head, mid, tail, first) -> bytes: see protocol/textrows.py"},
+     "lines(buf, start, end, plan, head, mid, tail, first[, into]) -> bytes or length: see protocol/textrows.py"},
     {"load_powers", load_powers, METH_O,
      "load_powers(table): 10^e for -342 <= e <= 308 as 128-bit mantissas rounded down, each 16 bytes: the "
      "high then the low 64 bits, little-endian (the fast DOUBLE parse; without it strtod does all)"},

@@ -69,13 +69,16 @@ def scan(buf, pos: int) -> tuple[int, int, int, int]:
         last, rows, pos = pos, rows + 1, nxt
 
 
-def lines(buf, start: int, end: int, plan: Plan, head: bytes, mid: bytes | None, tail: bytes, first: int) -> bytes:
+def lines(buf, start: int, end: int, plan: Plan, head: bytes, mid: bytes | None, tail: bytes, first: int,
+          into: bytearray | None = None) -> bytes | int:
     """The rows of ``buf[start:end]`` (whole row packets, as :func:`scan` walks them) as JSON: per row
     ``head``, the object ``{"name": value, ...}``, then (unless ``mid`` is None) ``mid`` and the row's number
-    (``first``, ``first + 1``, ...), then ``tail``.
+    (``first``, ``first + 1``, ...), then ``tail``. With ``into``, written at the start of that bytearray
+    (which grows when too short and never shrinks, so that its memory serves again) and their length returned.
 
     Raises:
         ValueError: a row is not whole, or its values do not fit ``plan`` (malformed).
+        BufferError: ``into`` is too short and a view of it keeps it from growing.
         whatever a converter of ``plan.calls`` raises.
     """
     if not (0 <= start <= end <= len(buf)):
@@ -94,7 +97,13 @@ def lines(buf, start: int, end: int, plan: Plan, head: bytes, mid: bytes | None,
         out.append(tail)
         row += 1
         pos = nxt
-    return b"".join(out)
+    data = b"".join(out)
+    if into is None:
+        return data
+    if not isinstance(into, bytearray):
+        raise TypeError("lines: into must be a bytearray or None")
+    into[:min(len(data), len(into))] = data
+    return len(data)
 
 
 def payload(buf, pos: int, end: int) -> bytes:

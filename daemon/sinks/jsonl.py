@@ -91,9 +91,9 @@ class JsonLinesSink(Sink):
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
 
-    def change_lines(self, lines: bytes) -> bool:
-        """Changes already as JSON lines of the "binlogd" format, each what :meth:`change` writes for it (the
-        snapshot's chunks); False, and nothing written, when this sink writes another format."""
+    def change_lines(self, lines) -> bool:
+        """Changes already as JSON lines of the "binlogd" format (bytes-like, not kept), each what :meth:`change`
+        writes for it (the snapshot's chunks); False, and nothing written, when this sink writes another format."""
         if self._json is not dumps:
             return False
         try:

@@ -173,6 +173,25 @@ def test_malformed_rows_raise_in_both(payload):
             fn(good, 0, len(good) + 1, table_plan, b"", None, b"\n", 0)
 
 
+def test_lines_into_a_bytearray_that_grows_and_serves_again():
+    info = _info(("bigint", "text", "double"))
+    small = _packets(b"".join(_lenenc(v) for v in (b"1", b"a", b"0.5")))
+    big = small * 3000
+    for fn in [textrows.py_lines] + ([C.lines] if C else []):
+        into = bytearray()
+        n = fn(big, 0, len(big), plan(info), b"", b"#", b"\n", 0, into)
+        assert bytes(into[:n]) == textrows.py_lines(big, 0, len(big), plan(info), b"", b"#", b"\n", 0)
+        size = len(into)
+        m = fn(small, 0, len(small), plan(info), b"", None, b"\n", 0, into)
+        assert bytes(into[:m]) == b'{"c_bigint_0":1,"c_text_1":"a","c_double_2":0.5}\n' and len(into) == size
+        with memoryview(into):  # too short, and held: it cannot grow
+            tiny = bytearray(2)
+            with memoryview(tiny), pytest.raises(BufferError):
+                fn(big, 0, len(big), plan(info), b"", None, b"\n", 0, tiny)
+        with pytest.raises(TypeError):
+            fn(small, 0, len(small), plan(info), b"", None, b"\n", 0, b"not a bytearray")
+
+
 def test_converter_errors_and_non_bytes_propagate():
     def boom(v):
         raise RuntimeError("converter failed")
@@ -200,6 +219,8 @@ def test_change_lines_equal_the_sinks_dumps_of_the_change_dicts():
     changes = reader.changes(result, source, 1700000000, 123)
     want = b"".join(dumps(c) + b"\n" for c in changes)
     assert reader.lines(result, source, 1700000000, 123) == want
+    for _ in range(2):  # the second time into the memory kept from the first
+        assert reader.write_lines(result, source, 1700000000, 123, bytes) == want
     assert [orjson.loads(line)["after"] for line in want.split(b"\n")[:-1]] == \
         [orjson.loads(after_encoder(info)(r)) for r in rows]
     assert orjson.loads(want.split(b"\n")[0])["source"] == {**source, "row": 123}
