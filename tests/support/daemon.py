@@ -244,23 +244,9 @@ def daemon_following(source, workdir: Path, *, wait_streaming: bool = True, stop
     stderr never shows the password.
     """
     overrides = following_overrides(source, workdir, **settings)
-    d = DaemonProcess(overrides, env)
-    d.checkpoint, d.sink = Path(overrides["checkpoint.path"]), Path(overrides["sink.path"])
-    try:
-        if wait_streaming:
-            d.wait_streaming()
+    with running_daemon(overrides, wait_streaming=wait_streaming, stop=stop, env=env) as d:
+        d.checkpoint, d.sink = Path(overrides["checkpoint.path"]), Path(overrides["sink.path"])
         yield d
-        if stop == "term" and d.running:
-            rc = d.terminate()
-            assert rc == 0, f"binlogd exited {rc} on SIGTERM; stderr:\n{d.stderr}"
-        elif stop == "kill":
-            d.kill()
-        secret = overrides.get("source.password")
-        if secret and d.proc.poll() is not None:
-            assert secret not in d.stderr, f"the password appears on binlogd's stderr:\n{d.stderr}"
-    finally:
-        if d.running:
-            d.kill()
 
 
 @contextlib.contextmanager
