@@ -18,7 +18,7 @@ from .base import Sink, SinkError
 
 
 def make_sink(config, metrics=None, log=None) -> Sink:
-    """The sink a :class:`daemon.config.SinkConfig` names (``metrics``, ``log``: for the archive's uploads)."""
+    """The sink a :class:`daemon.sinkconfig.SinkConfig` names (``metrics``, ``log``: for the archive's uploads)."""
     if config.kind == "jsonl":
         from .jsonl import JsonLinesSink
 
