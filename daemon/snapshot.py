@@ -65,9 +65,11 @@ async def run(daemon, info, endpoint: str, resume: ResumeState) -> ResumeState:
     elif resume.snapshot is None:
         return resume
     snapshot = Snapshot(daemon, info, endpoint, resume)
+    daemon.sink.bulk(True)
     try:
         await snapshot.run()
     finally:
+        daemon.sink.bulk(False)
         await snapshot.close()
     return dataclasses.replace(daemon.committer.durable, by_gtid=resume.by_gtid or daemon.committer.durable.by_gtid,
                                source=resume.source)

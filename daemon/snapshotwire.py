@@ -2,19 +2,22 @@
 
 PyMySQL's result reading (a coroutine per packet in aiomysql, then a Python converter per value) is most of a
 snapshot's time. Here the text-protocol result set of a ``COM_QUERY`` (column count, column definitions, EOF,
-one packet per row of length-encoded values, EOF) is read in large blocks from the aiomysql connection's
-stream into one buffer (:func:`query_result`, the rows found by :func:`binlogd.protocol.textrows.scan`); then
+one packet per row of length-encoded values, EOF) is read straight from the socket into one buffer, the
+connection's transport lent to a :class:`asyncio.BufferedProtocol` for the result's time (:func:`query_result`,
+the rows found by :func:`binlogd.protocol.textrows.scan`); then
 :func:`binlogd.protocol.textrows.lines` (C, or its Python twin) writes every row of the chunk as JSON in one
 call, each value in the form :meth:`TableInfo.row` gives (README "Values"; the table's :func:`plan`):
 :meth:`ChunkReader.lines` the whole change lines for a JSON-lines sink (the bytes its ``change`` would
 write), :meth:`ChunkReader.changes` change dicts whose ``after`` is an :class:`orjson.Fragment` for the others.
 
-It relies on aiomysql's ``_execute_command`` and ``_reader`` (see :mod:`binlogd.daemon._aiomysql` for the
-other such seams) and on the connection not asking for CLIENT_DEPRECATE_EOF (PyMySQL never does).
+It relies on aiomysql's ``_execute_command``, on :func:`binlogd.daemon._aiomysql.transport` and ``take_over``
+(the seams on aiomysql's internals), and on the connection not asking for CLIENT_DEPRECATE_EOF (PyMySQL never
+does).
 """
 
 from __future__ import annotations
 
+import asyncio
 from base64 import b64encode
 
 import orjson
@@ -26,7 +29,8 @@ from binlogd.protocol.values import float32
 from .snapshotrows import _BYTES, _INTS, TableInfo, _vector
 
 COM_QUERY = 3
-_READ = 1 << 26   # at most: a read takes what the stream holds (no copy of a rest left behind)
+_PACE = 0.001     # seconds a chunk's socket is left unread before each read (see _Buffer.more)
+_READ = 1 << 20   # get_buffer offers at least this much free space (one socket read takes what it holds)
 
 
 def _dq(v: bytes) -> bytes:
@@ -165,30 +169,98 @@ class ResultRows:
         return out
 
 
-class _Buffer:
+class _Buffer(asyncio.BufferedProtocol):
     """The bytes of one result set as read: ``data[:size]`` (``data`` may be longer: a buffer used again keeps
-    its memory, so no page of it is new)."""
+    its memory, so no page of it is new). Between :meth:`attach` and :meth:`detach` it is the connection's
+    protocol: the socket is read straight into ``data`` (no stream buffer, no flow-control pauses).
 
-    __slots__ = ("data", "size")
+    Fields:
+        data, size: as above.
+        lost: the connection ended (closed by the server, or lost with an error).
+        whole: the result set (or the server's error) was read to its end.
+    """
 
     def __init__(self, data: bytearray | None = None):
         self.data, self.size = data if data is not None else bytearray(), 0
+        self.lost = self.whole = False
+        self._transport = self._inner = self._waiter = None
 
-    async def more(self, conn, reader) -> None:
-        """Append what the connection's stream holds (waiting for some).
+    def attach(self, conn) -> None:
+        """Become the protocol of ``conn``'s transport (what its stream reader held moves here first).
+
+        Raises:
+            OperationalError: 2013, the connection has ended.
+        """
+        from pymysql.err import OperationalError
+
+        from . import _aiomysql
+
+        transport = _aiomysql.transport(conn)
+        held = _aiomysql.take_over(conn)
+        if transport is None or transport.is_closing() or held.error is not None or held.eof:
+            raise OperationalError(2013, "Lost connection to server before a snapshot chunk")
+        self.data[:len(held.data)] = held.data
+        self.size = len(held.data)
+        self._transport, self._inner = transport, transport.get_protocol()
+        transport.set_protocol(self)
+        if not transport.is_reading():
+            transport.resume_reading()  # the stream reader may have paused it
+
+    def detach(self) -> None:
+        """Give the transport back to the connection's own protocol."""
+        if self._transport is not None:
+            transport, self._transport = self._transport, None
+            transport.set_protocol(self._inner)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.data) - self.size < _READ:
+            self.data.extend(bytes(max(_READ, len(self.data))))
+        return memoryview(self.data)[self.size:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.size += nbytes
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.lost = True
+        self._wake()
+        return bool(self._inner.eof_received())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._wake()
+        self._inner.connection_lost(exc)
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def more(self) -> None:
+        """Wait until more bytes arrive. The socket is left unread for :data:`_PACE` seconds first, so that one
+        read takes what the server sent meanwhile: a read (and a wake-up on both sides) per 16 KB write of the
+        server's costs more than the wait.
 
         Raises:
             OperationalError: 2013, the connection ended.
         """
-        data = await reader.read(_READ)
-        if not data:
-            from pymysql.err import OperationalError
+        size, transport = self.size, self._transport
+        if transport is not None and not transport.is_closing() and transport.is_reading():
+            transport.pause_reading()
+            try:
+                await asyncio.sleep(_PACE)
+            finally:
+                if not transport.is_closing():
+                    transport.resume_reading()
+        while self.size == size:
+            if self.lost:
+                from pymysql.err import OperationalError
 
-            conn.close()
-            raise OperationalError(2013, "Lost connection to server during a snapshot chunk")
-        end = self.size + len(data)
-        self.data[self.size:min(end, len(self.data))] = data   # over the old bytes, growing past them
-        self.size = end
+                raise OperationalError(2013, "Lost connection to server during a snapshot chunk")
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     def scan(self, pos: int) -> tuple[int, int, int, int]:
         """:func:`textrows.scan` of what is read."""
@@ -197,19 +269,34 @@ class _Buffer:
 
 
 async def query_result(conn, sql: str, buffer: bytearray | None = None) -> ResultRows:
-    """Run ``sql`` (one SELECT) on an aiomysql connection and read its whole result set in large blocks: the
-    header (column count, definitions, EOF) framed here, the rows by :func:`textrows.scan`. ``buffer``: a
-    bytearray to read into (its old contents are overwritten; the result's rows are in it), else a new one.
+    """Run ``sql`` (one SELECT) on an aiomysql connection and read its whole result set straight from the
+    socket: the header (column count, definitions, EOF) framed here, the rows by :func:`textrows.scan`.
+    ``buffer``: a bytearray to read into (its old contents are overwritten; the result's rows are in it), else
+    a new one. The connection is closed when the result could not be read to its end (an error, a cancel).
 
     Raises:
         pymysql.err.Error: the server's error (as PyMySQL raises it); OperationalError 2013 when the connection
             ends inside the result, 2027 when more data follows it.
     """
+    got = _Buffer(buffer)
+    got.attach(conn)
+    try:
+        await conn._execute_command(COM_QUERY, sql)
+        return await _read_result(got)
+    finally:
+        got.detach()
+        if not got.whole:
+            conn.close()
+
+
+async def _read_result(got: _Buffer) -> ResultRows:
+    """The result set of the query just sent, read through ``got`` (attached to its connection).
+
+    Raises:
+        as :func:`query_result`; a server's error only once its packet was read whole.
+    """
     from pymysql.err import OperationalError
 
-    await conn._execute_command(COM_QUERY, sql)
-    reader = conn._reader
-    got = _Buffer(buffer)
     buf, pos, columns, skip = got.data, 0, -1, 0
     while columns < 0 or skip:
         if got.size - pos >= 4:
@@ -219,6 +306,7 @@ async def query_result(conn, sql: str, buffer: bytearray | None = None) -> Resul
                 pos += 4 + length
                 first = payload[0] if payload else 0
                 if first == 0xFF:
+                    got.whole = True
                     _raise_err(payload)
                 if columns < 0:
                     columns = first if first < 251 else payload[1] | payload[2] << 8   # 252: a 2-byte count
@@ -226,7 +314,7 @@ async def query_result(conn, sql: str, buffer: bytearray | None = None) -> Resul
                 else:
                     skip -= 1
                 continue
-        await got.more(conn, reader)
+        await got.more()
     start, rows, last = pos, 0, -1
     while True:
         pos, n, at, done = got.scan(pos)
@@ -235,12 +323,13 @@ async def query_result(conn, sql: str, buffer: bytearray | None = None) -> Resul
             last = at
         if done:
             break
-        await got.more(conn, reader)
+        await got.more()
     length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
-    if done == 2:
-        _raise_err(bytes(buf[pos + 4:pos + 4 + length]))
     if pos + 4 + length != got.size:
         raise OperationalError(2027, "unexpected data after a snapshot chunk's result")
+    got.whole = True
+    if done == 2:
+        _raise_err(bytes(buf[pos + 4:pos + 4 + length]))
     return ResultRows(buf, start, pos, rows, last, columns)
 
 

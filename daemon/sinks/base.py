@@ -80,6 +80,10 @@ class Sink:
         """
         return {}
 
+    def bulk(self, on: bool) -> None:
+        """A bulk load (the initial snapshot) begins (``on``) or ends: a file sink may then keep its newest
+        bytes only in the page cache (the default does nothing)."""
+
     def begin_sync(self) -> None:
         """Hand what the flushes so far made readable over to the next :meth:`sync`.
 
@@ -131,16 +135,24 @@ class Sink:
         """Release files and buffers (without committing)."""
 
 
-def sync_all(fds: list[int], what: str) -> None:
+def sync_all(fds: list[int], what: str, drop_before: list[int] | None = None) -> None:
     """fsync and close each descriptor, emptying ``fds`` (the dups a file sink's flush took, handed over
-    by its begin_sync).
+    by its begin_sync). ``drop_before``: for each descriptor, an offset: once it is durable, its file's
+    pages before that offset are dropped from the page cache (advice; a refusal is ignored).
 
     Raises:
         SinkError: an fsync failed (every descriptor is closed all the same).
     """
+    drop = iter((drop_before or ()) if hasattr(os, "posix_fadvise") else ())
     try:
         while fds:
             os.fsync(fds[0])
+            end = next(drop, 0)
+            if end > 0:
+                try:
+                    os.posix_fadvise(fds[0], 0, end, os.POSIX_FADV_DONTNEED)
+                except OSError:
+                    pass
             os.close(fds.pop(0))
     except OSError as exc:
         close_all(fds)

@@ -22,13 +22,18 @@ from binlogd.protocol.events import RowsEvent
 from ..checkpoint import fsync_dir
 from .base import Sink, SinkError, close_all, sync_all
 
+KEEP_CACHED = 64 << 20  # in a bulk load: bytes of each file kept in the page cache behind its durable end
+
 
 class JsonLinesSink(Sink):
     """Files ``<directory>/changes-NNNNNN.jsonl``, rotated after ``max_file_bytes`` or ``max_file_seconds``.
 
     Rotation happens at a commit, so a transaction never spans two files; 0 means no limit. ``format``:
     "binlogd" (ARCHITECTURE.md's change events) or "debezium" (:mod:`library.debezium`, whose ``source.name``
-    is ``server_name``).
+    is ``server_name``). In a :meth:`bulk` load, once a file's bytes are durable, all but its last
+    :data:`KEEP_CACHED` are dropped from the page cache (``POSIX_FADV_DONTNEED``): a snapshot does not fill
+    the machine's memory, and its writes reuse the pages just freed (a reader that tails the files reads the
+    newest bytes from the cache, older ones from the disk).
 
     Raises (construction):
         ValueError: an unknown format.
@@ -42,7 +47,10 @@ class JsonLinesSink(Sink):
         self._json, self._lines = formatter(format, server_name), rows_writer(format, server_name)
         self._fh = None
         self._unsynced: list[int] = []  # flushed, not yet handed over: dups of the file descriptors (consumer only)
+        self._ends: list[int] = []      # the offset each of those was flushed to (consumer only)
         self._syncing: list[int] = []   # handed over by begin_sync(): what sync() fsyncs and closes (worker only)
+        self._synced_ends: list[int] = []  # handed over with them in a bulk load, else []
+        self._bulk = False
         self._index = 1
         self._opened_at = 0.0
 
@@ -118,6 +126,7 @@ class JsonLinesSink(Sink):
             too_old = self.max_file_seconds and time.monotonic() - self._opened_at >= self.max_file_seconds
             if self.fsync:
                 self._unsynced.append(os.dup(self._fh.fileno()))  # rotation may close the file before sync()
+                self._ends.append(offset)
             if too_big or too_old:
                 self._fh.close()
                 self._index += 1
@@ -127,11 +136,17 @@ class JsonLinesSink(Sink):
             raise SinkError(f"cannot commit {self._path(self._index)}: {exc.strerror}") from exc
         return {"file": self._path(self._index).name, "offset": offset}
 
+    def bulk(self, on: bool) -> None:
+        self._bulk = on
+
     def begin_sync(self) -> None:
         self._syncing, self._unsynced = self._unsynced, []
+        self._synced_ends, self._ends = (self._ends if self._bulk else []), []
 
     def sync(self) -> None:
-        sync_all(self._syncing, f"the JSON-lines files in {self.directory}")
+        drop = [max(0, end - KEEP_CACHED) for end in self._synced_ends]
+        self._synced_ends = []
+        sync_all(self._syncing, f"the JSON-lines files in {self.directory}", drop)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -142,3 +157,4 @@ class JsonLinesSink(Sink):
             self._fh = None
         close_all(self._unsynced)
         close_all(self._syncing)
+        self._ends, self._synced_ends = [], []

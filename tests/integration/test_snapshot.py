@@ -222,6 +222,46 @@ def test_wire_reader_equals_pymysql_reader(mariadb_minimal):
         server.sql(f"DROP DATABASE IF EXISTS `{db}`")
 
 
+def test_wire_reader_lends_the_transport_and_gives_it_back(mariadb_minimal):
+    """query_result reads straight from the socket, then hands the connection back to aiomysql: a result of
+    many socket reads equals PyMySQL's, a server error leaves the connection usable, and a cancel in the
+    middle of a result closes it (it cannot be used out of step)."""
+    import asyncio
+
+    import pymysql
+
+    from binlogd.daemon import _aiomysql
+    from binlogd.daemon.snapshotwire import query_rows
+
+    server = mariadb_minimal
+
+    async def go():
+        conn = await _aiomysql.connect(host=server.host, port=server.port, user=server.user,
+                                       password=server.password, ssl=None, connect_timeout=5)
+        try:
+            sql = "SELECT seq, REPEAT(CHAR(65 + seq % 26), 2000) FROM mysql.seq_1_to_3000"
+            wire = await query_rows(conn, sql)
+            async with conn.cursor() as cur:
+                await cur.execute(sql)
+                plain = [[str(a).encode(), b if isinstance(b, bytes) else b.encode()] for a, b in await cur.fetchall()]
+            with pytest.raises(pymysql.err.ProgrammingError) as err:
+                await query_rows(conn, "SELECT * FROM no_such_db.no_such_table")
+            assert err.value.args[0] in (1049, 1146)
+            after_error = await query_rows(conn, "SELECT 41 + 1")
+            task = asyncio.ensure_future(query_rows(conn, "SELECT SLEEP(5)"))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return wire, plain, after_error, conn.closed
+        finally:
+            conn.close()
+
+    wire, plain, after_error, closed = asyncio.run(go())
+    assert len(wire) == 3000 and wire == plain
+    assert after_error == [[b"42"]]
+    assert closed
+
+
 def test_snapshot_in_debezium_format(mariadb_minimal, tmp_path):
     """With ``sink.format = "debezium"`` rows go through PyMySQL and the sink's own envelope: op "r", each key
     once, chunked (chunk_rows 3) and the values of the server's SELECT."""
