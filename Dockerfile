@@ -18,8 +18,8 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-# A C compiler for the C extensions (setup.py: protocol._rowimage, protocol._skim, library._jsonrows,
-# library._sqlrows); it stays in this stage. BINLOGD_REQUIRE_C=1: a failed compile fails the image build,
+# A C compiler for the C extensions (setup.py: protocol._rowimage, protocol._skim, protocol._textrows,
+# library._jsonrows, library._sqlrows, daemon._frames); it stays in this stage. BINLOGD_REQUIRE_C=1: a failed compile fails the image build,
 # so an image never ships the slower pure-Python fallbacks by accident.
 # hadolint ignore=DL3008
 RUN apt-get update \

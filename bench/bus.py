@@ -12,8 +12,8 @@ JSON-lines sink, on the same backlog, in the same run.
    emptied before;
 3. checks every sink received every row change (jsonl: lines; Redis: XLEN; NATS: the stream's message
    count; PostgreSQL: ``count(*)``), exits 1 if not;
-4. for Redis and PostgreSQL, also the broker alone (binlogd not running): the jsonl run's lines, in commits of
-   ~8 MB as binlogd makes them, sent as the sink sends them with every request packed beforehand
+4. for each, also the broker alone (binlogd not running): the jsonl run's lines, in commits of ~8 MB as
+   binlogd makes them, sent as the sink sends them with every request packed beforehand
    (:func:`broker_alone`), which is as fast as a sink can be on this machine;
 5. prints rows/s (best of the rounds) and each one's ratio to jsonl (target: 0.5 or more).
 """
@@ -86,7 +86,7 @@ def count(kind: str, broker) -> int:
     return asyncio.run(go())
 
 
-ALONE = ("redis", "postgres")
+ALONE = ("redis", "nats", "postgres")
 COMMIT_BYTES = 8 << 20  # a commit of the broker-alone runs: about what binlogd commits while busy
 
 
@@ -105,13 +105,19 @@ def commits(changes: Path) -> list[list[bytes]]:
 
 def broker_alone(kind: str, broker, batches: list[list[bytes]]) -> float:
     """Seconds the broker alone takes to commit ``batches`` as the sink does (binlogd not running; the
-    requests packed beforehand). Redis: each batch one MULTI of XADDs and a SET, EXEC, all pipelined;
-    PostgreSQL: each batch one COPY (text format, the sink's columns) and the checkpoint upsert, COMMIT."""
+    requests packed beforehand). Redis: each batch one MULTI of XADDs and a SET, EXEC, all pipelined; NATS:
+    each message an HPUB with the sink's headers (its expected last sequence too) into a new stream with file
+    storage, all sent at once, until the stream holds them all; PostgreSQL: each batch one COPY (text
+    format, the sink's columns) and the checkpoint upsert, COMMIT."""
+    from binlogd.daemon.sinks.frames import py_nats_hpubs
     from binlogd.daemon.sinks.postgres import copy_text
 
     empty(kind, broker)
-    if kind == "redis":
+    if kind in ("redis", "nats"):
         import socket
+
+        host, port = broker.url.split("//")[1].split("/")[0].rsplit("@", 1)[-1].split(":")
+    if kind == "redis":
 
         def pack(*parts: bytes) -> bytes:
             return b"".join([b"*%d\r\n" % len(parts), *[b"$%d\r\n%b\r\n" % (len(x), x) for x in parts]])
@@ -120,7 +126,6 @@ def broker_alone(kind: str, broker, batches: list[list[bytes]]) -> float:
         data = b"".join(pack(b"MULTI") + b"".join(pack(b"XADD", stream, b"*", b"change", c) for c in batch)
                         + pack(b"SET", b"checkpoint", b"%d" % i) + pack(b"EXEC") for i, batch in enumerate(batches))
         data += pack(b"PING")
-        host, port = broker.url.split("//")[1].split("/")[0].rsplit("@", 1)[-1].split(":")
         with socket.create_connection((host, int(port))) as sock:
             t0 = time.perf_counter()
             sock.sendall(data)
@@ -131,10 +136,24 @@ def broker_alone(kind: str, broker, batches: list[list[bytes]]) -> float:
                     raise SystemExit("redis closed the connection")
                 tail = tail[-16:] + chunk
             return time.perf_counter() - t0
+    if kind == "nats":
+        data, seq = [], 0
+        for batch in batches:
+            data.append(py_nats_hpubs(f"binlogd.{SCHEMA}.{TABLE}".encode(), 1, b"binlog.000001", 4, seq, seq,
+                                      b"".join(c + b"\n" for c in batch), len(batch)))
+            seq += len(batch)
+        asyncio.run(_nats_stream(broker, 0))  # created as the sink creates it
+        with socket.create_connection((host, int(port))) as sock:
+            sock.recv(1 << 16)  # INFO
+            sock.sendall(b'CONNECT {"verbose":false,"headers":true}\r\nPING\r\n')
+            t0 = time.perf_counter()
+            sock.sendall(b"".join(data))
+            asyncio.run(_nats_stream(broker, seq))
+            return time.perf_counter() - t0
     import psycopg
 
     meta = (SCHEMA, TABLE, "binlog.000001", 4, 0, None, "insert", 1)
-    pieces = [copy_text([(meta, c) for c in batch]) for batch in batches]
+    pieces = [copy_text([(meta, b"".join(c + b"\n" for c in batch), len(batch))]) for batch in batches]
     with psycopg.connect(broker.url) as conn:
         from binlogd.daemon.sinks.postgres import _CREATE, _CREATE_CP
 
@@ -151,6 +170,22 @@ def broker_alone(kind: str, broker, batches: list[list[bytes]]) -> float:
                             "DO UPDATE SET checkpoint = excluded.checkpoint", (json.dumps({"n": i}),))
             conn.commit()
         return time.perf_counter() - t0
+
+
+async def _nats_stream(broker, messages: int) -> None:
+    """Create the sink's stream (file storage) when ``messages`` is 0, else wait until it holds that many."""
+    import nats
+    from nats.js import api
+
+    nc = await nats.connect(broker.url)
+    try:
+        js = nc.jetstream()
+        if not messages:
+            await js.add_stream(name="BINLOGD", subjects=["binlogd.>"], storage=api.StorageType.FILE)
+        while messages and (await js.stream_info("BINLOGD")).state.messages < messages:
+            await asyncio.sleep(0.002)
+    finally:
+        await nc.close()
 
 
 def run_bus(kind: str, broker, srv, first_file: str, target: str, workdir: Path, env: dict) -> float:

@@ -23,6 +23,7 @@ EXTENSIONS = {
     "binlogd.protocol._textrows": "snapshot rows read off the wire as JSON",
     "binlogd.library._jsonrows": "the JSON row writer",
     "binlogd.library._sqlrows": "the SQL writer of binlogd sql",
+    "binlogd.daemon._frames": "the bus sinks' request framing",
 }
 
 

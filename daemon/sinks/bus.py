@@ -2,14 +2,15 @@
 private thread that runs the broker's asyncio client.
 
 The consumer side (``rows``/``change``/``flush``/``flushed``) turns each change into one message (the bytes
-the jsonl sink writes for it, without the newline) and hands pieces of at most :data:`PIECE_BYTES` to the
-worker thread, then a *mark* per flush carrying the checkpoint that flush reaches. The worker applies them
-in order, one at a time: pieces are written (Redis: queued in a MULTI, or staged in a staging stream past
-``STAGE_BYTES``; PostgreSQL: COPY into the open transaction; NATS: published with acks pending), and a mark
-commits everything before it together with its checkpoint (Redis MULTI/EXEC, or a Lua script for staged
-entries; a PostgreSQL COMMIT; NATS: all acks in). ``sync`` waits until the worker committed the last mark
-``begin_sync`` took. A Redis commit is confirmed (its EXEC's reply read) while the next one's pieces go out:
-by the next commit, or when the queue is empty, or once CONFIRM_SECONDS old.
+the jsonl sink writes for it, without the newline), kept in blocks (a rows event's messages in one bytes
+object), and hands pieces of about :data:`PIECE_BYTES` to the worker thread, then a *mark* per flush carrying
+the checkpoint that flush reaches. The worker applies them in order, one at a time: pieces are written
+(Redis: queued in a MULTI, or staged in a staging stream past ``STAGE_BYTES``; PostgreSQL: COPY into the open
+transaction; NATS: published with acks pending), and a mark commits everything before it together with its
+checkpoint (Redis MULTI/EXEC, or a Lua script for staged entries; a PostgreSQL COMMIT; NATS: all acks in).
+``sync`` waits until the worker committed the last mark ``begin_sync`` took. A Redis commit is confirmed (its
+EXEC's reply read) while the next one's pieces go out: by the next commit, or when the queue is empty, or once
+CONFIRM_SECONDS old.
 
 Memory stays bounded: at most :data:`PENDING_BYTES` of handed-over, unwritten pieces; past it the consumer
 waits (at most :data:`WAIT_SECONDS`, then a retryable SinkError). A worker error is kept and raised by the
@@ -84,7 +85,7 @@ class BusSink(Sink):
         self._reset()
 
     def _reset(self) -> None:
-        self._piece: list = []      # (meta, payload) not yet handed over (consumer only)
+        self._piece: list = []      # blocks (meta, lines, n) not yet handed over (consumer only): see _add
         self._piece_bytes = 0
         self._pending = 0           # bytes handed over, not yet applied (under _cond)
         self._mark = 0              # the last flush's mark (consumer only)
@@ -109,46 +110,50 @@ class BusSink(Sink):
             return
         meta = (change.get("schema"), change.get("table"), file, pos, row, src.get("gtid"), change.get("op"),
                 src.get("server_id"))
-        self._add(meta, self._payload(change))
+        self._add(meta, self._payload(change) + b"\n", 1)
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
         if getattr(self._payload, "__func__", None) is not BusSink._payload:  # a subclass changed the payloads
             return super().rows(event, file, gtid)
         lines, n = self._lines(event, file, gtid)
-        h = event.header
+        h, row0 = event.header, 0
         if self._skip is not None:
-            if position_key(file, h.pos, n - 1) <= self._skip:
-                return n
-            if position_key(file, h.pos, _INF) > self._skip:
-                self._skip = None  # the stream is past what the broker holds
-        payloads = lines.split(b"\n")
-        schema, table, op, sid, pos = event.schema, event.table, event.kind, h.server_id, h.pos
-        if self._skip is not None:
-            for row in range(n):
-                if position_key(file, pos, row) > self._skip:
-                    self._add((schema, table, file, pos, row, gtid, op, sid), payloads[row])
-            return n
-        piece, limit, size = self._piece, self.max_change_bytes, 0
-        for row in range(n):
-            payload = payloads[row]
-            if len(payload) > limit:
-                self._add((schema, table, file, pos, row, gtid, op, sid), payload)  # raises
-            piece.append(((schema, table, file, pos, row, gtid, op, sid), payload))
-            size += len(payload) + 64
-        self._piece_bytes += size
-        if self._piece_bytes >= PIECE_BYTES:
-            self._hand_piece()
+            lines, row0 = self._unskipped(file, h.pos, lines, n)
+        if lines:
+            self._add((event.schema, event.table, file, h.pos, row0, gtid, event.kind, h.server_id), lines, n - row0)
         return n
 
-    def _add(self, meta: tuple, payload: bytes) -> None:
-        size = len(payload)
-        if size > self.max_change_bytes:
-            schema, table, file, pos, row = meta[:5]
-            raise SinkError(f"{self.name}: the change to {schema}.{table} at {file}:{pos} row {row} is {size} bytes, "
-                            f"over the limit of {self.max_change_bytes} ({self._limit_name()})",
-                            fatal=True, exit_code=EXIT_DATA)
-        self._piece.append((meta, payload))
-        self._piece_bytes += size + 64
+    def _unskipped(self, file: str, pos: int, lines: bytes, n: int) -> tuple[bytes, int]:
+        """The lines of a rows event's n changes at ``file``:``pos`` that come after :attr:`_skip`, and the
+        first one's row (b"" when none does); clears ``_skip`` once the stream is past it."""
+        skip = self._skip
+        if position_key(file, pos, n - 1) <= skip:
+            return b"", n
+        if position_key(file, pos, _INF) > skip:
+            self._skip = None  # the stream is past what the broker holds
+        row0, cut = 0, 0
+        while position_key(file, pos, row0) <= skip:  # the broker holds this event's first rows (NATS)
+            row0, cut = row0 + 1, lines.index(b"\n", cut) + 1
+        return lines[cut:], row0
+
+    def _add(self, meta: tuple, lines: bytes, n: int) -> None:
+        """Append the block ``(meta, lines, n)`` to the piece, and hand the piece over once PIECE_BYTES big.
+
+        Args:
+            meta: (schema, table, file, pos, row0, gtid, op, server_id); the block's rows are row0 .. row0 + n - 1.
+            lines: the n changes' messages, each ending in b"\\n".
+        Raises:
+            SinkError: (fatal, exit 7) a message is over max_change_bytes; nothing of the block was added.
+        """
+        if len(lines) - n > self.max_change_bytes:  # else not even all of them together are
+            for row, payload in enumerate(lines.split(b"\n")[:n]):
+                if len(payload) > self.max_change_bytes:
+                    schema, table, file, pos, row0 = meta[:5]
+                    raise SinkError(f"{self.name}: the change to {schema}.{table} at {file}:{pos} row {row0 + row} "
+                                    f"is {len(payload)} bytes, over the limit of {self.max_change_bytes} "
+                                    f"({self._limit_name()})", fatal=True, exit_code=EXIT_DATA)
+        self._piece.append((meta, lines, n))
+        self._piece_bytes += len(lines) + 64 * n
         if self._piece_bytes >= PIECE_BYTES:
             self._hand_piece()
 
@@ -285,9 +290,12 @@ class BusSink(Sink):
                         self._committed = mark
                         self._cond.notify_all()
             op = await self._queue.get()
-            size = op[2] if op[0] == "piece" else 0
             if op[0] == "piece":
                 await self._run(self._write(op[1]))
+                with self._cond:
+                    self._pending -= op[2]
+                    if self._pending + op[2] > PENDING_BYTES >= self._pending:  # _submit may wait for this
+                        self._cond.notify_all()
             elif self._failed is None:
                 done = await self._run(self._commit(op[2]))
                 if done is not None:
@@ -296,9 +304,7 @@ class BusSink(Sink):
                             self._committed, sent, sent_at = sent or self._committed, op[1], time.monotonic()
                         else:
                             self._committed, sent = op[1], 0
-            with self._cond:
-                self._pending -= size
-                self._cond.notify_all()
+                        self._cond.notify_all()  # for sync
 
     async def _run(self, coro):
         """Await ``coro`` (at most WAIT_SECONDS) unless the worker failed already; returns its result (a
@@ -332,8 +338,8 @@ class BusSink(Sink):
         raise NotImplementedError
 
     async def _write(self, piece: list) -> None:
-        """Write one piece of (meta, payload), uncommitted. meta: (schema, table, file, pos, row, gtid, op,
-        server_id)."""
+        """Write one piece, uncommitted: a list of blocks (meta, lines, n), each n changes' messages ending
+        in b"\\n" (meta: (schema, table, file, pos, row0, gtid, op, server_id); rows row0 .. row0 + n - 1)."""
         raise NotImplementedError
 
     async def _commit(self, checkpoint: bytes | None) -> bool | None:

@@ -16,6 +16,7 @@ from binlogd.library.checkpointfile import Checkpoint
 
 from .base import SinkError
 from .bus import EXIT_AUTH, EXIT_CHECKPOINT, EXIT_DATA, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, BusSink
+from .frames import copy_rows
 
 COLUMNS = {"seq": "bigint", "change": "jsonb", "source_file": "text", "source_pos": "bigint",
            "source_row": "integer", "gtid": "text", "schema_name": "text", "table_name": "text", "op": "text",
@@ -38,18 +39,20 @@ def _text(value) -> bytes:
 
 
 def copy_text(piece: list) -> bytes:
-    """The COPY text-format lines of a piece's rows. A JSON payload holds no raw tab, newline or carriage
-    return, so only its backslashes are doubled."""
+    """The COPY text-format lines of a piece's rows (:func:`.frames.copy_rows` per block).
+
+    Args:
+        piece: blocks (meta, lines, n) as :meth:`.bus.BusSink._add` makes them.
+    """
     out, parts = [], {}  # (file, gtid, schema, table, op, sid) -> their fields, once per piece
-    for (schema, table, file, pos, row, gtid, op, sid), payload in piece:
+    for (schema, table, file, pos, row0, gtid, op, sid), lines, n in piece:
         key = (file, gtid, schema, table, op, sid)
         fields = parts.get(key)
         if fields is None:
             fields = parts[key] = (_text(file), b"\t".join((_text(gtid), _text(schema), _text(table), _text(op),
-                                                            _text(sid))))
-        out.append(b"%b\t%b\t%d\t%d\t%b" % (payload.replace(b"\\", b"\\\\"), fields[0], pos, row, fields[1]))
-    out.append(b"")
-    return b"\n".join(out)
+                                                             _text(sid))))
+        out.append(copy_rows(lines, n, fields[0], pos, row0, fields[1]))
+    return b"".join(out)
 
 
 class PostgresSink(BusSink):
@@ -67,7 +70,7 @@ class PostgresSink(BusSink):
         super().__init__(url, max_change_bytes, **kw)
         self.table = table
         self._conn = self._copying = self._copy_cm = self._cursor = None
-        self._first = self._last = None  # meta of the open COPY's first and last rows
+        self._first = self._last = None  # (schema, table, file, pos, row) of the open COPY's first and last rows
         self._copy_sql = self._save_sql = None
 
     async def _connect(self) -> None:
@@ -112,7 +115,8 @@ class PostgresSink(BusSink):
             self._copy_cm = self._cursor.copy(self._copy_sql)
             self._copying = await self._copy_cm.__aenter__()
             self._first = piece[0][0]
-        self._last = piece[-1][0]
+        meta, _lines, n = piece[-1]
+        self._last = (*meta[:4], meta[4] + n - 1)
         await self._checked(self._copying.write(copy_text(piece)))
 
     async def _checked(self, coro) -> None:

@@ -19,6 +19,7 @@ from binlogd.library.checkpointfile import Checkpoint
 
 from .base import SinkError
 from .bus import EXIT_AUTH, EXIT_CHECKPOINT, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, WAIT_SECONDS, BusSink
+from .frames import redis_xadds
 
 STAGE_BYTES = 32 << 20  # entries buffered for one commit before they go to the staging stream
 
@@ -228,14 +229,15 @@ class RedisSink(BusSink):
     async def _write(self, piece: list) -> None:
         streams, written, last = self._streams, self._written, None
         out = [] if self._queued else [b"*1\r\n$5\r\nMULTI\r\n"]
-        size = 0
-        for meta, payload in piece:
+        size = rows = 0
+        for meta, lines, n in piece:
             stream = streams.get(meta[:2]) or await self._stream_of(meta[0], meta[1])
             if stream is not last:
                 written.add(stream[0])
                 last = stream
-            out += (stream[1], b"$%d\r\n" % len(payload), payload, b"\r\n")
-            size += len(payload)
+            out.append(redis_xadds(stream[1], lines, n))
+            size += len(lines) - n
+            rows += n
         self._buf.append(piece)
         self._buf_bytes += size
         if self._staged:
@@ -247,7 +249,7 @@ class RedisSink(BusSink):
             await self._stage()
             return
         await self._conn.send_packed_command(b"".join(out), check_health=False)
-        self._queued += len(piece) + (0 if self._queued else 1)
+        self._queued += rows + (0 if self._queued else 1)
 
     async def _replies(self, n: int) -> None:
         """Read the open MULTI's ``n`` replies (its +OK, then +QUEUED each). Raises SinkError at the first
@@ -277,8 +279,10 @@ class RedisSink(BusSink):
         await self._settle()
         streams, args = self._streams, []
         for piece in self._buf:
-            for meta, payload in piece:
-                args += (streams[meta[:2]][0], payload)
+            for meta, lines, n in piece:
+                name = streams[meta[:2]][0]
+                for payload in lines.split(b"\n")[:n]:
+                    args += (name, payload)
         await self._eval(_STAGE, [self.staging_key], args)
         self._buf, self._buf_bytes, self._staged, self._written = [], 0, True, set()
 

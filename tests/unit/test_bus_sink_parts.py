@@ -46,8 +46,10 @@ def test_redact():
 
 def test_copy_text_escapes():
     meta = ("s\tx", "t\\y", "b.000001", 120, 3, None, "insert", 7)
-    text = copy_text([(meta, b'{"a":"q\\"\\\\n"}')])
-    assert text == b'{"a":"q\\\\"\\\\\\\\n"}\tb.000001\t120\t3\t\\N\ts\\tx\tt\\\\y\tinsert\t7\n'
+    text = copy_text([(meta, b'{"a":"q\\"\\\\n"}\n{}\n', 2), (meta[:4] + (9, "g", "delete", None), b"[]\n", 1)])
+    assert text == (b'{"a":"q\\\\"\\\\\\\\n"}\tb.000001\t120\t3\t\\N\ts\\tx\tt\\\\y\tinsert\t7\n'
+                    b'{}\tb.000001\t120\t4\t\\N\ts\\tx\tt\\\\y\tinsert\t7\n'
+                    b'[]\tb.000001\t120\t9\tg\ts\\tx\tt\\\\y\tdelete\t\\N\n')
 
 
 @pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])

@@ -25,6 +25,7 @@ REQUIRED = bool(os.environ.get("CI") or os.environ.get("BINLOGD_REQUIRE_C", "") 
 def test_every_fast_path_is_the_c_one():
     assert speedups.ENABLED, "BINLOGD_PURE_PYTHON turns the C extensions off in this run"
     assert speedups.missing() == [], speedups.missing_message()
+    from binlogd.daemon.sinks import frames
     from binlogd.library import jsonrows
     from binlogd.library.sqlwriter import native
     from binlogd.protocol import decoder, packet, rowcodec, skim
@@ -32,7 +33,7 @@ def test_every_fast_path_is_the_c_one():
     fast = {"protocol.rowcodec.C": rowcodec.C, "protocol.skim.C": skim.C, "protocol.decoder._frame_c":
             decoder._frame_c, "protocol.decoder._rows_like_c": decoder._rows_like_c,
             "protocol.packet._ok_payloads_c": packet._ok_payloads_c, "library.jsonrows.C": jsonrows.C,
-            "library.sqlwriter.native.C": native.C}
+            "library.sqlwriter.native.C": native.C, "daemon.sinks.frames.C": frames.C}
     assert not [name for name, value in fast.items() if value is None], fast
     assert jsonrows._speedups and native.speedups_enabled()
     assert {type(value).__name__ for value in fast.values()} <= {"module", "builtin_function_or_method"}
