@@ -120,6 +120,18 @@ async def open_view(conn, flavor: str) -> tuple[Position, str]:
         await _query(conn, f"SAVEPOINT {_SAVEPOINT}")
         return Position(file, pos, gtid_list=gtid), "binlog_snapshot"
     await _query(conn, "ROLLBACK")
+    return await open_view_locked(conn), "ftwrl"
+
+
+async def open_view_locked(conn) -> Position:
+    """:func:`open_view` for a server without ``Binlog_snapshot_position`` (Oracle MySQL): ``FLUSH TABLES WITH
+    READ LOCK``, the transaction opened and ``SHOW MASTER STATUS`` (or ``SHOW BINARY LOG STATUS``) read inside
+    it, ``UNLOCK TABLES``, a savepoint set. Returns the view's position, with the GTID set ``SHOW MASTER
+    STATUS`` gives (MySQL's fifth column; none on MariaDB).
+
+    Raises:
+        as :func:`open_view`.
+    """
     import pymysql
 
     try:
@@ -142,7 +154,7 @@ async def open_view(conn, flavor: str) -> tuple[Position, str]:
     row = rows[0]
     gtid_set = _str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else ""
     await _query(conn, f"SAVEPOINT {_SAVEPOINT}")
-    return Position(_str(row[0]), int(row[1]), gtid_set=gtid_set), "ftwrl"
+    return Position(_str(row[0]), int(row[1]), gtid_set=gtid_set)
 
 
 async def release(conn) -> None:
