@@ -375,7 +375,7 @@ class Daemon:
             self._ending.set()
         self.consumer = Consumer(self.cfg, resume, decoder, self.sink, self.committer, self.metrics, self.log,
                                  self.schema, self._ending)
-        if self.cfg.snapshot.signal_table:  # incremental snapshots: signals seen in the stream
+        if self.cfg.snapshot.signal_table or resume.incremental:  # incremental snapshots (signals, or no lock)
             if self.sink.wants_rows:
                 from .incremental import Incremental
 

@@ -51,9 +51,11 @@ async def run(daemon, info, endpoint: str, resume: ResumeState) -> ResumeState:
         resume: where the session would start without a snapshot.
     Returns:
         Where the session streams from: ``resume`` when no snapshot was due, else the snapshot's position P1
-        (with the snapshot's state while it is unfinished, which only a stop leaves).
+        (with the snapshot's state while it is unfinished, which only a stop leaves); when no lock is to be had
+        (FTWRL refused), the binlog's end with an ``incremental`` state naming the tables to read instead.
     Raises:
-        SourceError: the server refused (fatal: no privilege, FTWRL refused) or the connection was lost.
+        SourceError: the server refused (fatal: no privilege; FTWRL refused while resuming a snapshot begun
+            with it) or the connection was lost.
         SinkError, CheckpointError: a chunk could not be committed (the session is retried from the last one).
     """
     if daemon.committer.durable is None:
@@ -71,6 +73,10 @@ async def run(daemon, info, endpoint: str, resume: ResumeState) -> ResumeState:
     finally:
         daemon.sink.bulk(False)
         await snapshot.close()
+    if snapshot.instead is not None:
+        p1, incremental = snapshot.instead
+        by_gtid = resume.by_gtid or bool(info.gtid_mode and p1.gtid_set)
+        return dataclasses.replace(resume, position=p1, by_gtid=by_gtid, incremental=incremental, skip_before=None)
     return dataclasses.replace(daemon.committer.durable, by_gtid=resume.by_gtid or daemon.committer.durable.by_gtid,
                                source=resume.source)
 
@@ -106,7 +112,7 @@ async def open_view(conn, flavor: str) -> tuple[Position, str]:
     Returns:
         (position with its GTID set or list, ``"binlog_snapshot"`` or ``"ftwrl"``).
     Raises:
-        SourceError: FTWRL refused (fatal, says what to do) or the server failed.
+        LockRefused: FTWRL refused; SourceError: binary logging off.
         pymysql.err.Error, OSError: another query failed.
     """
     await _query(conn, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -130,16 +136,15 @@ async def open_view_locked(conn) -> Position:
     STATUS`` gives (MySQL's fifth column; none on MariaDB).
 
     Raises:
-        as :func:`open_view`.
+        LockRefused: FTWRL refused (no RELOAD privilege, a managed service).
+        SourceError, pymysql.err.Error, OSError: as :func:`open_view`.
     """
     import pymysql
 
     try:
         await _query(conn, "FLUSH TABLES WITH READ LOCK")
     except pymysql.err.MySQLError as exc:
-        raise SourceError("misconfigured", f"snapshot: FLUSH TABLES WITH READ LOCK refused ({exc.args[-1]}): this "
-                          "server has no Binlog_snapshot_position (Oracle MySQL) and allows no global read lock; use "
-                          "MariaDB or Percona Server, grant RELOAD, or set [snapshot] mode = \"never\"",
+        raise LockRefused("misconfigured", f"snapshot: FLUSH TABLES WITH READ LOCK refused ({exc.args[-1]})",
                           fatal=True) from None
     try:
         await _query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -185,6 +190,7 @@ class Snapshot:
         self.fast = daemon.cfg.sink.format == "binlogd"  # rows off the wire, straight to JSON
         self.estimates: dict[tuple[str, str], int] = {}   # information_schema's row count of each table
         self.run_rows, self.run_began = 0, time.monotonic()  # rows read by this run, for the ETA
+        self.instead: tuple[Position, dict] | None = None  # FTWRL refused: (P1, the incremental state) instead
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -199,7 +205,12 @@ class Snapshot:
             self.conn = await admin_connection(daemon._source)
             await raw_connection(self.conn)
             new = not self.state
-            await self._open_view()
+            try:
+                await self._open_view()
+            except LockRefused as exc:
+                if not new:
+                    raise
+                return await self._incremental_instead(str(exc))
             if new:
                 await self._begin()
             else:
@@ -272,6 +283,32 @@ class Snapshot:
         await self._commit(self.state)
         await daemon.committer.settle()
         daemon._started = True  # a durable checkpoint exists: a new session resumes from it
+
+    async def _incremental_instead(self, why: str) -> None:
+        """No lock is to be had (FTWRL refused: a managed MySQL): stream from the binlog's end now (P1) and read
+        the tables by the incremental method while streaming, with no lock at all (:attr:`instead`: P1 and the
+        ``incremental`` state). Tables without a primary key cannot be read that way: named in the log."""
+        import pymysql
+
+        try:
+            rows = await _query(self.conn, "SHOW MASTER STATUS")
+        except pymysql.err.ProgrammingError:
+            rows = await _query(self.conn, "SHOW BINARY LOG STATUS")
+        if not rows:
+            raise SourceError("misconfigured", "snapshot: the server has binary logging off", fatal=True)
+        row = rows[0]
+        p1 = Position(_str(row[0]), int(row[1]), gtid_set=_str(row[4]).replace("\n", "") if len(row) > 4
+                      and row[4] else "")
+        keyed, keyless = [], []
+        for name in [n for n in await self._estimate() if self.daemon.cfg.filters.table_selected(*n)]:
+            info = await describe(self.conn, *name)
+            if info is not None:
+                (keyed if info.key else keyless).append(list(name))
+        self.instead = p1, {"tables": keyed, "last": None, "rows": 0, "chunks": 0, "started": time.time()}
+        self.log.warning("%s: reading the %d tables by the incremental method instead, with no lock, while streaming "
+                         "from %s:%d%s", why, len(keyed), p1.file, p1.pos,
+                         f"; {len(keyless)} without a primary key cannot be read that way and are not: "
+                         + ", ".join(".".join(n) for n in keyless) if keyless else "")
 
     async def _estimate(self) -> list[tuple[str, str]]:
         """The base tables outside the system schemas, in name order; their row estimates go to
@@ -420,6 +457,10 @@ class Snapshot:
         committer.sync(token)
         if committer.failed:
             await committer.settle()
+
+
+class LockRefused(SourceError):
+    """The server has no ``Binlog_snapshot_position`` and refused ``FLUSH TABLES WITH READ LOCK``."""
 
 
 class _Stop(Exception):

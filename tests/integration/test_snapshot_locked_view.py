@@ -1,27 +1,34 @@
 """The initial snapshot's read view on a server without ``Binlog_snapshot_position`` (Oracle MySQL):
 ``FLUSH TABLES WITH READ LOCK``, the transaction opened inside it, ``SHOW MASTER STATUS``, ``UNLOCK TABLES``
 (:func:`binlogd.daemon.snapshot.open_view_locked`), run on the real MariaDB servers, which accept the same
-statements (no Docker engine here for MySQL 8.4; tests/integration/test_daemon_mysql84.py runs it there).
+statements (Oracle MySQL itself runs only where Docker does, through testcontainers).
 
 - Under a stream of single-row INSERTs, the view holds exactly the rows of the INSERTs the server logged up
   to the position it returns (counted from the server's own ``SHOW BINLOG EVENTS``): opening the transaction
   outside the lock (Debezium's DBZ-9006 duplicates) shows as a difference.
 - The lock is gone when it returns: writes go on while the view stays open.
-- An account without RELOAD gets the one fatal, named error.
+- An account without RELOAD gets the one fatal, named error; the initial snapshot then reads the tables by the
+  incremental method while streaming, with no lock at all (a managed MySQL): under a write load, the sink
+  replayed (reads as upserts, changes in order) equals each keyed table's SELECT, no key read twice, and the
+  keyless table is named in the log as not read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 import uuid
 
 import pytest
 
-from binlogd.daemon import _aiomysql
+from binlogd.daemon import _aiomysql, snapshot
+from binlogd.daemon.config import load_config
 from binlogd.daemon.connection import SourceError
 from binlogd.daemon.snapshot import open_view_locked
+from tests.support.daemon import InProcessDaemon, base_overrides, read_changes, wait_caught_up, wait_until
+from tests.support.snapshots import WriteLoad, check_against_server, make_tables
 
 pytestmark = pytest.mark.server
 
@@ -131,3 +138,50 @@ def test_locked_view_without_reload_is_one_named_error(mariadb):
         assert "FLUSH TABLES WITH READ LOCK refused" in str(err.value) and "RELOAD" in str(err.value)
     finally:
         server.sql(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def test_no_lock_to_be_had_reads_the_tables_incrementally(mariadb_minimal, tmp_path, monkeypatch):
+    """The server as Oracle MySQL shows itself to the snapshot (no ``Binlog_snapshot_position``: open_view goes
+    straight to the locked view), and the replication account has no RELOAD, so the real server refuses FTWRL."""
+
+    async def as_mysql(conn, flavor):
+        return await open_view_locked(conn), "ftwrl"
+
+    monkeypatch.setattr(snapshot, "open_view", as_mysql)
+    server, db = mariadb_minimal, f"nolock_{uuid.uuid4().hex[:10]}"
+    make_tables(server, db, 1500)
+    lines: list[str] = []
+    log = logging.getLogger(f"binlogd.test.{db}")
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    load = None
+    try:
+        config = load_config(None, env={}, overrides=base_overrides(
+            server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=40, filters__include_schemas=db))
+        load = WriteLoad(server, db, 1500).start()
+        runner = InProcessDaemon(config, log=log).start()
+        try:
+            wait_until(lambda: any("incremental snapshot: done" in line for line in lines), timeout=90,
+                       what="incremental snapshot: done")
+            assert load.stop() > 20, "the write load barely ran during the snapshot"
+            wait_caught_up(server, tmp_path / "checkpoint.json")
+        finally:
+            assert runner.stop() == 0, "\n".join(lines)
+        text = "\n".join(lines)
+        refused = [line for line in lines if "FLUSH TABLES WITH READ LOCK refused" in line]
+        assert len(refused) == 1 and "incremental method instead, with no lock" in refused[0], text
+        assert f"{db}.nokey" in refused[0], refused[0]
+        assert "snapshot: read view at" not in text, "a read view was opened with a lock"
+        changes = read_changes(tmp_path / "sink")
+        reads = [c for c in changes if c["op"] == "read"]
+        assert reads and all(c["source"]["snapshot"] == "incremental" for c in reads)
+        assert not [c for c in reads if c["table"] == "nokey"]
+        counts = check_against_server(server, db, changes, tables=("big", "comp", "empty"))
+        assert sum(1 for k in counts if k[0] == "big") >= 1000, len(counts)
+    finally:
+        log.removeHandler(handler)
+        if load is not None:
+            load.done.set()
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
