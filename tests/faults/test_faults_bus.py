@@ -1,12 +1,18 @@
-"""The bus sinks under faults: a write load on a real MariaDB, ``binlogd run`` SIGKILLed twice, the broker
-SIGKILLed and restarted once; the broker's contents, read back independently, replay to the tables' final
-contents, with no transaction and no (file, pos, row) delivered twice.
+"""The bus sinks under faults, each under a write load on a real MariaDB; the broker's contents, read back
+independently, replay to the tables' final contents, with no transaction and no (file, pos, row) delivered
+twice:
+
+- ``binlogd run`` SIGKILLed twice, the broker SIGKILLed and restarted once;
+- the broker stalled (SIGSTOP) while ~180 MB of changes arrive: the daemon waits with bounded memory, the
+  checkpoint's age shows the stall, nothing fails, everything arrives after SIGCONT; past the sink's 60 s
+  wait (``--runslow``) a retryable sink error, shown in the metrics and /readyz, and the same end.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +83,77 @@ def test_bus_sink_sigkill_and_broker_restart(tmp_path, kind):
             writer.halt()
             if daemon.running:
                 daemon.kill()
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def _stalled_broker(tmp_path, kind: str, stall: float) -> tuple[dict, str]:
+    """Run the load, stall the broker for ``stall`` seconds in the middle, then check the read-back; returns
+    what was seen during the stall (RSS growth, checkpoint age, sink errors, /readyz) and the daemon's log."""
+    require(kind)
+    total = 2400
+    with KINDS[kind]() as broker, local_server() as srv:
+        create_tables(srv)
+        o = base_overrides(srv, tmp_path, **{"source.start": "current", "filters.include_schemas": SCHEMA},
+                           **bus_overrides(kind, broker))
+        daemon = DaemonProcess(o)
+        writer = Writer(srv, total=total, rate=150, big_every=1, seed=11)  # 120 KB each: ~18 MB/s
+        seen = {"ready": [], "errors": 0.0}
+        try:
+            daemon.wait_streaming(timeout=60)
+            port = metrics_port(daemon)
+            writer.start()
+            writer.wait_count(200, timeout=120)
+            rss0 = _rss_mb(daemon.pid)
+            broker.pause()
+            try:
+                ends = time.monotonic() + stall
+                peak = rss0
+                while time.monotonic() < ends:
+                    time.sleep(0.5)
+                    peak = max(peak, _rss_mb(daemon.pid))
+                    seen["ready"].append(scrape(port, "/readyz")[0])
+                seen["age"] = scrape_metric(port, "binlogd_checkpoint_age_seconds")
+                seen["errors"] = scrape_metric(port, "binlogd_errors_total", kind="sink")
+                seen["growth"] = peak - rss0
+                seen["written"] = writer.count
+            finally:
+                broker.resume()
+            writer.wait_count(total, timeout=180)
+            writer.stop()
+            wait_caught_up(srv, tmp_path / "checkpoint.json", timeout=120, daemon=daemon, fail_on=None)
+            rc = daemon.terminate()
+            assert rc == 0, f"exit {rc}:\n{daemon.stderr}"
+            changes = read_bus(kind, broker.url)
+            assert max(Counter(c["_id"] for c in changes).values()) == 1
+            stats = check_exactly_once(srv, write_jsonl(changes, tmp_path / "readback"), writer, f"bus {kind}")
+            assert stats["in_sink"] >= total - 5
+            return seen, daemon.stderr
+        finally:
+            writer.halt()
+            if daemon.running:
+                daemon.kill()
+
+
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_bus_sink_waits_for_a_stalled_broker(tmp_path, kind):
+    seen, log = _stalled_broker(tmp_path, kind, stall=10)
+    assert seen["written"] >= 200 + 1000, seen  # the load went on: ~120 MB arrived while the broker was stopped
+    assert seen["growth"] < 100, seen          # at most 32 MB wait for the worker; the rest stays in the server
+    assert seen["age"] >= 8, seen              # the checkpoint stood still
+    assert seen["errors"] == 0, (seen, log)    # a slow broker is waited for, not failed
+    assert "retrying" not in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_bus_sink_past_the_wait_for_a_stalled_broker(tmp_path, kind):
+    seen, log = _stalled_broker(tmp_path, kind, stall=75)
+    assert seen["errors"] >= 1, seen           # the sink's 60 s wait ran out: retryable, shown
+    assert 503 in seen["ready"], seen
+    assert "retrying" in log

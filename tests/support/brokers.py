@@ -176,6 +176,32 @@ class Broker:
             pass
         self._reap()
 
+    def pause(self) -> None:
+        """SIGSTOP the broker and every process under it (PostgreSQL's backends each lead a session of their
+        own): a broker whose connections stay open and answer nothing."""
+        for pid in self._tree():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT what :meth:`pause` stopped."""
+        for pid in reversed(self._tree()):
+            os.kill(pid, signal.SIGCONT)
+
+    def _tree(self) -> list[int]:
+        """The broker's pid, then its descendants' (from /proc)."""
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        tree, i = [self._proc.pid], 0
+        while i < len(tree):
+            tree += children.get(tree[i], [])
+            i += 1
+        return tree
+
     def kill(self) -> None:
         """SIGKILL the broker and its whole process group, as a crash; keeps port and dir for ``start()``."""
         if self._proc is not None:
