@@ -3,7 +3,7 @@ independently, replay to the tables' final contents, with no transaction and no 
 twice:
 
 - ``binlogd run`` SIGKILLed twice, the broker SIGKILLed and restarted once;
-- the broker stalled (SIGSTOP) while ~180 MB of changes arrive: the daemon waits with bounded memory, the
+- the broker stalled (SIGSTOP) while over 100 MB of changes arrive: the daemon waits with bounded memory, the
   checkpoint's age shows the stall, nothing fails, everything arrives after SIGCONT; past the sink's 60 s
   wait (``--runslow``) a retryable sink error, shown in the metrics and /readyz, and the same end.
 """
