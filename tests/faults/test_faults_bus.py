@@ -32,8 +32,21 @@ from tests.support.faults import (
 pytestmark = pytest.mark.server
 
 
-def bus_overrides(kind: str, broker) -> dict:
-    return {"sink.kind": kind, f"sink.{kind}.url": broker.url}
+def bus_overrides(srv, tmp_path, kind: str, broker) -> dict:
+    """The daemon's settings: ``srv``'s schema SCHEMA from its current position into the ``kind`` sink."""
+    return base_overrides(srv, tmp_path, **{"source.start": "current", "filters.include_schemas": SCHEMA,
+                                            "sink.kind": kind, f"sink.{kind}.url": broker.url})
+
+
+def read_back_once(srv, kind: str, broker, writer, tmp_path, total: int) -> None:
+    """Read the broker back: no change twice (NATS: no message id twice), and the replay equal to the tables."""
+    changes = read_bus(kind, broker.url)
+    assert max(Counter(c["_id"] for c in changes).values()) == 1
+    if kind == "nats":
+        msg_ids = Counter(c["_id"][1] for c in changes)
+        assert max(msg_ids.values()) == 1, [m for m, n in msg_ids.items() if n > 1][:5]
+    stats = check_exactly_once(srv, write_jsonl(changes, tmp_path / "readback"), writer, f"bus {kind}")
+    assert stats["in_sink"] >= total - 5
 
 
 @pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
@@ -42,8 +55,7 @@ def test_bus_sink_sigkill_and_broker_restart(tmp_path, kind):
     total = 900
     with KINDS[kind]() as broker, local_server() as srv:
         create_tables(srv)
-        o = base_overrides(srv, tmp_path, **{"source.start": "current", "filters.include_schemas": SCHEMA},
-                           **bus_overrides(kind, broker))
+        o = bus_overrides(srv, tmp_path, kind, broker)
         daemon = DaemonProcess(o)
         writer = Writer(srv, total=total, rate=150, big_every=25, seed=7)
         try:
@@ -71,14 +83,7 @@ def test_bus_sink_sigkill_and_broker_restart(tmp_path, kind):
             rc = daemon.terminate()
             assert rc == 0, f"exit {rc}:\n{daemon.stderr}"
             assert "retrying" in daemon.stderr, "the broker's crash was not noticed"
-            changes = read_bus(kind, broker.url)
-            ids = Counter(c["_id"] for c in changes)
-            assert max(ids.values()) == 1
-            if kind == "nats":  # every message id once
-                msg_ids = Counter(c["_id"][1] for c in changes)
-                assert max(msg_ids.values()) == 1, [m for m, n in msg_ids.items() if n > 1][:5]
-            stats = check_exactly_once(srv, write_jsonl(changes, tmp_path / "readback"), writer, f"bus {kind}")
-            assert stats["in_sink"] >= total - 5
+            read_back_once(srv, kind, broker, writer, tmp_path, total)
         finally:
             writer.halt()
             if daemon.running:
@@ -99,8 +104,7 @@ def _stalled_broker(tmp_path, kind: str, stall: float) -> tuple[dict, str]:
     total = 2400
     with KINDS[kind]() as broker, local_server() as srv:
         create_tables(srv)
-        o = base_overrides(srv, tmp_path, **{"source.start": "current", "filters.include_schemas": SCHEMA},
-                           **bus_overrides(kind, broker))
+        o = bus_overrides(srv, tmp_path, kind, broker)
         daemon = DaemonProcess(o)
         writer = Writer(srv, total=total, rate=150, big_every=1, seed=11)  # 120 KB each: ~18 MB/s
         seen = {"ready": [], "errors": 0.0}
@@ -129,10 +133,7 @@ def _stalled_broker(tmp_path, kind: str, stall: float) -> tuple[dict, str]:
             wait_caught_up(srv, tmp_path / "checkpoint.json", timeout=120, daemon=daemon, fail_on=None)
             rc = daemon.terminate()
             assert rc == 0, f"exit {rc}:\n{daemon.stderr}"
-            changes = read_bus(kind, broker.url)
-            assert max(Counter(c["_id"] for c in changes).values()) == 1
-            stats = check_exactly_once(srv, write_jsonl(changes, tmp_path / "readback"), writer, f"bus {kind}")
-            assert stats["in_sink"] >= total - 5
+            read_back_once(srv, kind, broker, writer, tmp_path, total)
             return seen, daemon.stderr
         finally:
             writer.halt()

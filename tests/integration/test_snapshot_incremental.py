@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.daemon import (
     base_overrides,
+    captured_log,
     read_changes,
     read_checkpoint,
     running_daemon,
@@ -206,7 +207,6 @@ def test_incremental_watermarks_without_a_view_position(mariadb_minimal, tmp_pat
     binlog end read after the SELECT: the streamed changes inside the window must win. Here on MariaDB, that
     position withheld and the window widened (a pause before the high watermark is read), under writes."""
     import asyncio
-    import logging
 
     from binlogd.daemon.config import load_config
     from binlogd.daemon.incremental import Incremental
@@ -227,34 +227,28 @@ def test_incremental_watermarks_without_a_view_position(mariadb_minimal, tmp_pat
     server, db = mariadb_minimal, _db()
     make_tables(server, db, 1500)
     make_signal_table(server, db)
-    lines: list[str] = []
-    log = logging.getLogger(f"binlogd.test.{db}")
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
     load = None
-    try:
-        config = load_config(None, env={}, overrides=overrides(server, tmp_path, db, chunk_rows=10))
-        runner = InProcessDaemon(config, log=log).start()
+    with captured_log(f"binlogd.test.{db}") as (log, lines):
         try:
-            runner.wait_streaming(timeout=30)
-            load = WriteLoad(server, db, 1500).start()
-            signal(server, db, "execute-snapshot", {"data-collections": [f"{db}.big", f"{db}.comp"]})
-            wait_until(lambda: any("incremental snapshot: done" in line for line in lines), timeout=60,
-                       what="incremental snapshot: done")
-            assert load.stop() > 20
-            wait_caught_up(server, tmp_path / "checkpoint.json")
+            config = load_config(None, env={}, overrides=overrides(server, tmp_path, db, chunk_rows=10))
+            runner = InProcessDaemon(config, log=log).start()
+            try:
+                runner.wait_streaming(timeout=30)
+                load = WriteLoad(server, db, 1500).start()
+                signal(server, db, "execute-snapshot", {"data-collections": [f"{db}.big", f"{db}.comp"]})
+                wait_until(lambda: any("incremental snapshot: done" in line for line in lines), timeout=60,
+                           what="incremental snapshot: done")
+                assert load.stop() > 20
+                wait_caught_up(server, tmp_path / "checkpoint.json")
+            finally:
+                assert runner.stop() == 0, "\n".join(lines)
+            changes = read_changes(tmp_path / "sink")
+            reads = check_against_server(server, db, changes, tables=("big", "comp"))
+            assert sum(1 for k in reads if k[0] == "big") >= 1000, len(reads)
         finally:
-            assert runner.stop() == 0, "\n".join(lines)
-        changes = read_changes(tmp_path / "sink")
-        reads = check_against_server(server, db, changes, tables=("big", "comp"))
-        assert sum(1 for k in reads if k[0] == "big") >= 1000, len(reads)
-    finally:
-        log.removeHandler(handler)
-        if load is not None:
-            load.done.set()
-        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+            if load is not None:
+                load.done.set()
+            server.sql(f"DROP DATABASE IF EXISTS `{db}`")
 
 
 def test_incremental_snapshot_across_a_ddl(mariadb_minimal, tmp_path):

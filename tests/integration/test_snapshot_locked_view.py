@@ -16,7 +16,6 @@ statements (Oracle MySQL itself runs only where Docker does, through testcontain
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import threading
 import uuid
@@ -27,7 +26,14 @@ from binlogd.daemon import _aiomysql, snapshot
 from binlogd.daemon.config import load_config
 from binlogd.daemon.connection import SourceError
 from binlogd.daemon.snapshot import open_view_locked
-from tests.support.daemon import InProcessDaemon, base_overrides, read_changes, wait_caught_up, wait_until
+from tests.support.daemon import (
+    InProcessDaemon,
+    base_overrides,
+    captured_log,
+    read_changes,
+    wait_caught_up,
+    wait_until,
+)
 from tests.support.snapshots import WriteLoad, check_against_server, make_tables
 
 pytestmark = pytest.mark.server
@@ -150,38 +156,32 @@ def test_no_lock_to_be_had_reads_the_tables_incrementally(mariadb_minimal, tmp_p
     monkeypatch.setattr(snapshot, "open_view", as_mysql)
     server, db = mariadb_minimal, f"nolock_{uuid.uuid4().hex[:10]}"
     make_tables(server, db, 1500)
-    lines: list[str] = []
-    log = logging.getLogger(f"binlogd.test.{db}")
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
     load = None
-    try:
-        config = load_config(None, env={}, overrides=base_overrides(
-            server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=40, filters__include_schemas=db))
-        load = WriteLoad(server, db, 1500).start()
-        runner = InProcessDaemon(config, log=log).start()
+    with captured_log(f"binlogd.test.{db}") as (log, lines):
         try:
-            wait_until(lambda: any("incremental snapshot: done" in line for line in lines), timeout=90,
-                       what="incremental snapshot: done")
-            assert load.stop() > 20, "the write load barely ran during the snapshot"
-            wait_caught_up(server, tmp_path / "checkpoint.json")
+            config = load_config(None, env={}, overrides=base_overrides(
+                server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=40, filters__include_schemas=db))
+            load = WriteLoad(server, db, 1500).start()
+            runner = InProcessDaemon(config, log=log).start()
+            try:
+                wait_until(lambda: any("incremental snapshot: done" in line for line in lines), timeout=90,
+                           what="incremental snapshot: done")
+                assert load.stop() > 20, "the write load barely ran during the snapshot"
+                wait_caught_up(server, tmp_path / "checkpoint.json")
+            finally:
+                assert runner.stop() == 0, "\n".join(lines)
+            text = "\n".join(lines)
+            refused = [line for line in lines if "FLUSH TABLES WITH READ LOCK refused" in line]
+            assert len(refused) == 1 and "incremental method instead, with no lock" in refused[0], text
+            assert f"{db}.nokey" in refused[0], refused[0]
+            assert "snapshot: read view at" not in text, "a read view was opened with a lock"
+            changes = read_changes(tmp_path / "sink")
+            reads = [c for c in changes if c["op"] == "read"]
+            assert reads and all(c["source"]["snapshot"] == "incremental" for c in reads)
+            assert not [c for c in reads if c["table"] == "nokey"]
+            counts = check_against_server(server, db, changes, tables=("big", "comp", "empty"))
+            assert sum(1 for k in counts if k[0] == "big") >= 1000, len(counts)
         finally:
-            assert runner.stop() == 0, "\n".join(lines)
-        text = "\n".join(lines)
-        refused = [line for line in lines if "FLUSH TABLES WITH READ LOCK refused" in line]
-        assert len(refused) == 1 and "incremental method instead, with no lock" in refused[0], text
-        assert f"{db}.nokey" in refused[0], refused[0]
-        assert "snapshot: read view at" not in text, "a read view was opened with a lock"
-        changes = read_changes(tmp_path / "sink")
-        reads = [c for c in changes if c["op"] == "read"]
-        assert reads and all(c["source"]["snapshot"] == "incremental" for c in reads)
-        assert not [c for c in reads if c["table"] == "nokey"]
-        counts = check_against_server(server, db, changes, tables=("big", "comp", "empty"))
-        assert sum(1 for k in counts if k[0] == "big") >= 1000, len(counts)
-    finally:
-        log.removeHandler(handler)
-        if load is not None:
-            load.done.set()
-        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+            if load is not None:
+                load.done.set()
+            server.sql(f"DROP DATABASE IF EXISTS `{db}`")

@@ -23,6 +23,7 @@ import base64
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import re
 import resource
@@ -570,6 +571,21 @@ def metric(samples: dict, name: str, **labels) -> float | None:
     want = set(labels.items())
     found = [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
     return sum(found) if found else None
+
+
+@contextlib.contextmanager
+def captured_log(name: str) -> Iterator[tuple[logging.Logger, list[str]]]:
+    """A logger (INFO and up) for an :class:`InProcessDaemon`, and the list its messages go to."""
+    lines: list[str] = []
+    log = logging.getLogger(name)
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield log, lines
+    finally:
+        log.removeHandler(handler)
 
 
 class InProcessDaemon:
