@@ -148,17 +148,31 @@ async def open_view_locked(conn) -> Position:
                           fatal=True) from None
     try:
         await _query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        try:
-            rows = await _query(conn, "SHOW MASTER STATUS")
-        except pymysql.err.ProgrammingError:
-            rows = await _query(conn, "SHOW BINARY LOG STATUS")
+        position = await binlog_end(conn)
     finally:
         await _query(conn, "UNLOCK TABLES")
+    await _query(conn, f"SAVEPOINT {_SAVEPOINT}")
+    return position
+
+
+async def binlog_end(conn) -> Position:
+    """The server's binlog end: ``SHOW MASTER STATUS`` (``SHOW BINARY LOG STATUS`` where that is gone), with
+    the GTID set of MySQL's fifth column (none on MariaDB).
+
+    Raises:
+        SourceError: (fatal) binary logging is off.
+        pymysql.err.Error, OSError: the query failed.
+    """
+    import pymysql
+
+    try:
+        rows = await _query(conn, "SHOW MASTER STATUS")
+    except pymysql.err.ProgrammingError:
+        rows = await _query(conn, "SHOW BINARY LOG STATUS")
     if not rows:
         raise SourceError("misconfigured", "snapshot: the server has binary logging off", fatal=True)
     row = rows[0]
     gtid_set = _str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else ""
-    await _query(conn, f"SAVEPOINT {_SAVEPOINT}")
     return Position(_str(row[0]), int(row[1]), gtid_set=gtid_set)
 
 
@@ -262,12 +276,7 @@ class Snapshot:
         """A new snapshot at the view just opened: list the tables, seed the schema history at P1, and make the
         first commit (no rows yet), so the sink's cut-back on a restart covers every row written after it."""
         daemon, p1 = self.daemon, self.view
-        names = [n for n in await self._estimate() if daemon.cfg.filters.table_selected(*n)]
-        keyless = set()
-        for name in names:
-            info = await describe(self.conn, *name)
-            if info is not None and not info.key:
-                keyless.add(name)
+        names, keyless = await self._selected()
         ordered = [n for n in names if n in keyless] + [n for n in names if n not in keyless]
         self.by_gtid = bool(p1.gtid_list) if self.info.flavor == "mariadb" else bool(self.info.gtid_mode and
                                                                                       p1.gtid_set)
@@ -288,27 +297,24 @@ class Snapshot:
         """No lock is to be had (FTWRL refused: a managed MySQL): stream from the binlog's end now (P1) and read
         the tables by the incremental method while streaming, with no lock at all (:attr:`instead`: P1 and the
         ``incremental`` state). Tables without a primary key cannot be read that way: named in the log."""
-        import pymysql
-
-        try:
-            rows = await _query(self.conn, "SHOW MASTER STATUS")
-        except pymysql.err.ProgrammingError:
-            rows = await _query(self.conn, "SHOW BINARY LOG STATUS")
-        if not rows:
-            raise SourceError("misconfigured", "snapshot: the server has binary logging off", fatal=True)
-        row = rows[0]
-        p1 = Position(_str(row[0]), int(row[1]), gtid_set=_str(row[4]).replace("\n", "") if len(row) > 4
-                      and row[4] else "")
-        keyed, keyless = [], []
-        for name in [n for n in await self._estimate() if self.daemon.cfg.filters.table_selected(*n)]:
-            info = await describe(self.conn, *name)
-            if info is not None:
-                (keyed if info.key else keyless).append(list(name))
+        p1 = await binlog_end(self.conn)
+        names, keyless = await self._selected()
+        keyed = [list(n) for n in names if n not in keyless]
         self.instead = p1, {"tables": keyed, "last": None, "rows": 0, "chunks": 0, "started": time.time()}
         self.log.warning("%s: reading the %d tables by the incremental method instead, with no lock, while streaming "
                          "from %s:%d%s", why, len(keyed), p1.file, p1.pos,
                          f"; {len(keyless)} without a primary key cannot be read that way and are not: "
-                         + ", ".join(".".join(n) for n in keyless) if keyless else "")
+                         + ", ".join(".".join(n) for n in sorted(keyless)) if keyless else "")
+
+    async def _selected(self) -> tuple[list[tuple[str, str]], set[tuple[str, str]]]:
+        """The tables ``[filters]`` selects, in name order, and those of them without a primary key."""
+        names = [n for n in await self._estimate() if self.daemon.cfg.filters.table_selected(*n)]
+        keyless = set()
+        for name in names:
+            info = await describe(self.conn, *name)
+            if info is not None and not info.key:
+                keyless.add(name)
+        return names, keyless
 
     async def _estimate(self) -> list[tuple[str, str]]:
         """The base tables outside the system schemas, in name order; their row estimates go to
