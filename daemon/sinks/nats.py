@@ -107,17 +107,19 @@ class NatsSink(BusSink):
         # All but the last message without a reply (the last one's ack covers them: see the module docstring),
         # as HPUB commands framed per block (frames.nats_hpubs) into one buffer: nats-py's publish() costs
         # ~60 us a message.
-        out, seq, last = [], self._seq, len(piece) - 1
-        for i, ((schema, table, file, pos, row0, _gtid, _op, sid), lines, n) in enumerate(piece):
-            if i == last:  # its last line goes by publish_async, below
-                cut = lines.rfind(b"\n", 0, len(lines) - 1) + 1
-                lines, payload, n = lines[:cut], lines[cut:-1], n - 1
-            if n:
-                out.append(nats_hpubs(self._subject_of(schema, table), sid, file.encode(), pos, row0, seq, lines, n))
-                seq += n
+        *blocks, (meta, lines, n) = piece
+        cut = lines.rfind(b"\n", 0, len(lines) - 1) + 1  # the piece's last line goes by publish_async, below
+        blocks.append((meta, lines[:cut], n - 1))
+        out, seq = [], self._seq
+        for (schema, table, file, pos, row0, _gtid, _op, sid), block, count in blocks:
+            if count:
+                out.append(nats_hpubs(self._subject_of(schema, table), sid, file.encode(), pos, row0, seq, block,
+                                      count))
+                seq += count
         if out:
             await self._nc._send_command(b"".join(out))
-        source = f"{file}:{pos}:{row0 + n}"
+        schema, table, file, pos, row0, _gtid, _op, sid = meta
+        payload, source = lines[cut:-1], f"{file}:{pos}:{row0 + n - 1}"
         headers = {"Nats-Msg-Id": f"{sid}:{source}", "Binlogd-Source": source,
                    "Nats-Expected-Last-Sequence": str(seq)}
         self._seq = seq + 1
