@@ -39,12 +39,10 @@ from tests.support.daemon import (
     wait_until,
 )
 from tests.support.faults import metrics_port, scrape_metric
-from tests.support.replication import Pair, hosts_overrides, wait_gtids
+from tests.support.replication import FAILOVER, MINIMAL, Pair, hosts_overrides, wait_gtids
 
 pytestmark = pytest.mark.server
 
-MINIMAL = "--binlog-row-metadata=MINIMAL"
-FAILOVER = re.compile(r"failover from (\S+) to (\S+) at GTID")
 
 
 @pytest.fixture(scope="module")

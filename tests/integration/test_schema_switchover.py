@@ -32,12 +32,10 @@ from tests.support.daemon import (
     wait_until,
 )
 from tests.support.faults import metrics_port, scrape_metric
-from tests.support.replication import Pair, gtid_pos, slave_status, wait_gtids
+from tests.support.replication import FAILOVER, MINIMAL, Pair, gtid_pos, slave_status, wait_gtids
 
 pytestmark = pytest.mark.server
 
-MINIMAL = "--binlog-row-metadata=MINIMAL"
-FAILOVER = re.compile(r"failover from (\S+) to (\S+) at GTID")
 REPAIR = re.compile(r"schema history: d\.t from the server at (\S+):(\d+)$")
 DB = "d"
 UNREADABLE = f"ALTER TABLE {DB}.t MODIFY COLUMN IF EXISTS a INT"   # read_ddl: Unparsed naming d.t

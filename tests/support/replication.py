@@ -21,6 +21,7 @@ Methods: :meth:`Pair.wait_replica` (catch up to the primary, or to a given GTID 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from binlogd.cli.serverbins import ServerBinaries
 from binlogd.protocol.gtid import MariadbGtidList
 from tests.support.daemon import following_overrides, read_checkpoint
 
+MINIMAL = "--binlog-row-metadata=MINIMAL"
+FAILOVER = re.compile(r"failover from (\S+) to (\S+) at GTID")  # the daemon's log line of a failover
 ROW_ARGS = ("--binlog-row-metadata=FULL", "--gtid-strict-mode=ON", "--log-slave-updates")
 APP_USER, APP_PASSWORD = "app", "apppass"
 
