@@ -99,17 +99,23 @@ put_result(Out *o, PyObject *r)
     return ok;
 }
 
+/* What fn returns for arg (a new reference, or NULL on an error; released here), appended; with the GIL held. */
+static int
+put_call_with(Out *o, PyObject *fn, PyObject *arg)
+{
+    if (arg == NULL)
+        return -1;
+    int r = put_result(o, PyObject_CallOneArg(fn, arg));
+    Py_DECREF(arg);
+    return r;
+}
+
 /* What fn returns for the bytes v[0..n), appended. */
 static int
 put_call(Out *o, PyObject *fn, const unsigned char *v, Py_ssize_t n)
 {
     hold(o);
-    PyObject *arg = PyBytes_FromStringAndSize((const char *)v, n);
-    int r = -1;
-    if (arg != NULL) {
-        r = put_result(o, PyObject_CallOneArg(fn, arg));
-        Py_DECREF(arg);
-    }
+    int r = put_call_with(o, fn, PyBytes_FromStringAndSize((const char *)v, n));
     drop(o);
     return r;
 }
@@ -648,12 +654,7 @@ put_double(Out *o, const unsigned char *s, Py_ssize_t n, PyObject *dumps, PyObje
             return put_call(o, fallback, s, n);
     }
     hold(o);
-    PyObject *f = PyFloat_FromDouble(d);
-    int r = -1;
-    if (f != NULL) {
-        r = put_result(o, PyObject_CallOneArg(dumps, f));
-        Py_DECREF(f);
-    }
+    int r = put_call_with(o, dumps, PyFloat_FromDouble(d));
     drop(o);
     return r;
 }
