@@ -269,12 +269,14 @@ class SchemaConfig(_Section):
 class SnapshotConfig(_Section):
     """``[snapshot]`` (README "Snapshots"). Fields: mode (``never``; ``initial``: on a start with no checkpoint,
     read the tables ``[filters]`` selects, then stream from the position they are consistent with);
-    chunk_rows (rows per chunk, each committed like a transaction); signal_table (``db.table`` of a
-    Debezium-style signal table for incremental snapshots, ``""``: none)."""
+    chunk_rows (rows per chunk, each committed like a transaction); readers (connections that read one
+    table's key ranges at once in the initial snapshot); signal_table (``db.table`` of a Debezium-style signal
+    table for incremental snapshots, ``""``: none)."""
 
     SECTION: ClassVar[str] = "snapshot"
     mode: str = _f("never", choices=("never", "initial"))
     chunk_rows: int = _f(10000, lo=1, hi=10**7)
+    readers: int = _f(3, lo=1, hi=16)
     signal_table: str = ""
 
     def _check(self) -> None:

@@ -28,7 +28,8 @@ from binlogd.protocol.position import Position
 from .checkpoint import ResumeState
 from .connection import SourceError, admin_connection
 from .schemaqueries import SYSTEM_SCHEMAS
-from .snapshotrows import describe, raw_connection, read_chunk
+from .snapshotrows import _INTS, _quote, describe, raw_connection, read_chunk
+from .snapshotview import LockRefused, as_text, binlog_end, open_view, query, release
 from .snapshotwire import ChunkReader
 
 ER_TABLE_DEF_CHANGED = 1412
@@ -36,7 +37,6 @@ ER_NO_SUCH_TABLE = 1146
 _DENIED = (1044, 1045, 1142, 1143, 1227)   # access denied to a database, table, column, or a privilege
 _LOST = (2006, 2013, 2003, 2055)
 _PROGRESS_SECONDS = 30.0                   # a progress line this often while one table is read
-_SAVEPOINT = "binlogd_snapshot"
 
 
 async def run(daemon, info, endpoint: str, resume: ResumeState) -> ResumeState:
@@ -91,94 +91,46 @@ def _server_error(exc: BaseException, doing: str) -> SourceError:
     return SourceError(kind, f"snapshot: {doing}: {exc}")
 
 
-async def _query(conn, sql: str, args=None) -> list[tuple]:
-    async with conn.cursor() as cur:
-        await cur.execute(sql, args)
-        return list(await cur.fetchall() or ())
+@dataclasses.dataclass
+class _Reader:
+    """A connection of the snapshot's and its consistent read view.
 
-
-def _str(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-async def open_view(conn, flavor: str) -> tuple[Position, str]:
-    """Open a consistent read view on ``conn`` and return its binlog position and how it was taken.
-
-    MariaDB and Percona: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` then ``Binlog_snapshot_file/position``
-    (and ``BINLOG_GTID_POS`` of them on MariaDB): no lock. Else (MySQL): ``FLUSH TABLES WITH READ LOCK``, the
-    transaction opened and ``SHOW MASTER STATUS`` read inside it, ``UNLOCK TABLES``. A savepoint is set, so
-    that :func:`release` can drop each chunk's metadata lock.
-
-    Returns:
-        (position with its GTID set or list, ``"binlog_snapshot"`` or ``"ftwrl"``).
-    Raises:
-        LockRefused: FTWRL refused; SourceError: binary logging off.
-        pymysql.err.Error, OSError: another query failed.
+    Fields:
+        conn: the aiomysql connection (raw values, :func:`raw_connection`).
+        view: the view's binlog position; ts: when it opened (unix seconds); how: ``"binlog_snapshot"`` (no
+            lock) or ``"ftwrl"`` (:func:`open_view`).
     """
-    await _query(conn, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    await _query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-    status = {_str(k).lower(): _str(v) for k, v in await _query(conn, "SHOW STATUS LIKE 'binlog_snapshot%'")}
-    if status.get("binlog_snapshot_file"):
-        file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-        gtid = ""
-        if flavor == "mariadb":
-            gtid = _str((await _query(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (file, pos)))[0][0] or "")
-        await _query(conn, f"SAVEPOINT {_SAVEPOINT}")
-        return Position(file, pos, gtid_list=gtid), "binlog_snapshot"
-    await _query(conn, "ROLLBACK")
-    return await open_view_locked(conn), "ftwrl"
+
+    conn: object
+    view: Position | None = None
+    ts: int = 0
+    how: str = ""
+
+    def source(self, server_id: int) -> dict:
+        """The ``source`` of the rows read in this view (``row`` is added per row)."""
+        view = self.view
+        return {"server_id": server_id, "file": view.file, "pos": view.pos,
+                "gtid": view.gtid_list or view.gtid_set or None, "snapshot": True}
 
 
-async def open_view_locked(conn) -> Position:
-    """:func:`open_view` for a server without ``Binlog_snapshot_position`` (Oracle MySQL): ``FLUSH TABLES WITH
-    READ LOCK``, the transaction opened and ``SHOW MASTER STATUS`` (or ``SHOW BINARY LOG STATUS``) read inside
-    it, ``UNLOCK TABLES``, a savepoint set. Returns the view's position, with the GTID set ``SHOW MASTER
-    STATUS`` gives (MySQL's fifth column; none on MariaDB).
+@dataclasses.dataclass
+class _TableRun:
+    """One table's reading in this run, shared by its key ranges' readers.
 
-    Raises:
-        LockRefused: FTWRL refused (no RELOAD privilege, a managed service).
-        SourceError, pymysql.err.Error, OSError: as :func:`open_view`.
+    Fields: name (``schema.table``), info (its :class:`TableInfo`), chunk (rows per chunk, None: one pass),
+    total (chunks estimated), chunks and rows (read in this run), began and logged (monotonic seconds: start,
+    last progress line), gone (the table was dropped while it was read).
     """
-    import pymysql
 
-    try:
-        await _query(conn, "FLUSH TABLES WITH READ LOCK")
-    except pymysql.err.MySQLError as exc:
-        raise LockRefused("misconfigured", f"snapshot: FLUSH TABLES WITH READ LOCK refused ({exc.args[-1]})",
-                          fatal=True) from None
-    try:
-        await _query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        position = await binlog_end(conn)
-    finally:
-        await _query(conn, "UNLOCK TABLES")
-    await _query(conn, f"SAVEPOINT {_SAVEPOINT}")
-    return position
-
-
-async def binlog_end(conn) -> Position:
-    """The server's binlog end: ``SHOW MASTER STATUS`` (``SHOW BINARY LOG STATUS`` where that is gone), with
-    the GTID set of MySQL's fifth column (none on MariaDB).
-
-    Raises:
-        SourceError: (fatal) binary logging is off.
-        pymysql.err.Error, OSError: the query failed.
-    """
-    import pymysql
-
-    try:
-        rows = await _query(conn, "SHOW MASTER STATUS")
-    except pymysql.err.ProgrammingError:
-        rows = await _query(conn, "SHOW BINARY LOG STATUS")
-    if not rows:
-        raise SourceError("misconfigured", "snapshot: the server has binary logging off", fatal=True)
-    row = rows[0]
-    gtid_set = _str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else ""
-    return Position(_str(row[0]), int(row[1]), gtid_set=gtid_set)
-
-
-async def release(conn) -> None:
-    """Drop the metadata locks of the chunks read since the view opened (the view stays)."""
-    await _query(conn, f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+    name: str
+    info: object
+    chunk: int | None
+    total: int
+    chunks: int = 0
+    rows: int = 0
+    began: float = dataclasses.field(default_factory=time.monotonic)
+    logged: float = dataclasses.field(default_factory=time.monotonic)
+    gone: bool = False
 
 
 class Snapshot:
@@ -189,7 +141,10 @@ class Snapshot:
         state: the checkpoint's ``snapshot`` object: ``position`` (P1), ``tables`` ([schema, table] in read
             order), ``done`` (tables finished), ``last`` (the current table's last key read, or None), ``rows``
             (rows of the current table read), ``view`` (position of the current read view), ``started`` (unix
-            time).
+            time); ``ranges`` while the current table is read in key ranges at once: ``[{"last": key after
+            which the range's next chunk starts, "upto": its last key or None (no end), "done"}, ...]``.
+        readers: the connections, each in its own view: the first is the main one (P1's view, the schema's
+            and the table list's); more are opened for the key ranges of a table (:meth:`_ranges`).
     """
 
     def __init__(self, daemon, info, endpoint: str, resume: ResumeState):
@@ -197,51 +152,65 @@ class Snapshot:
         self.cfg = daemon.cfg.snapshot
         self.log: logging.Logger = daemon.log
         self.state: dict = dict(resume.snapshot or {})
-        self.conn = None
-        self.view: Position | None = None
-        self.view_ts = 0
+        self.readers: list[_Reader] = []
+        self.spares: list[asyncio.Future] = []   # more readers being opened (:meth:`_open_spares`)
         self.by_gtid = resume.by_gtid
         self.fast = daemon.cfg.sink.format == "binlogd"  # rows off the wire, straight to JSON
         self.estimates: dict[tuple[str, str], int] = {}   # information_schema's row count of each table
         self.run_rows, self.run_began = 0, time.monotonic()  # rows read by this run, for the ETA
         self.instead: tuple[Position, dict] | None = None  # FTWRL refused: (P1, the incremental state) instead
 
+    @property
+    def conn(self):
+        """The main reader's connection."""
+        return self.readers[0].conn
+
+    @property
+    def view(self) -> Position:
+        """The main reader's view."""
+        return self.readers[0].view
+
     async def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        for spare in self.spares:
+            spare.cancel()
+        for spare in await asyncio.gather(*self.spares, return_exceptions=True):
+            if isinstance(spare, _Reader):
+                self.readers.append(spare)
+        for reader in self.readers:
+            reader.conn.close()
+        self.readers, self.spares = [], []
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> None:
         daemon = self.daemon
         daemon.metrics.snapshot_state(1)
         try:
-            self.conn = await admin_connection(daemon._source)
-            await raw_connection(self.conn)
+            self.readers.append(_Reader(await self._connect()))
             new = not self.state
             try:
-                await self._open_view()
+                await self._open_view(self.readers[0])
             except LockRefused as exc:
                 if not new:
                     raise
                 return await self._incremental_instead(str(exc))
+            self._open_spares()
             if new:
                 await self._begin()
             else:
                 daemon._started = True  # the checkpoint is durable: after an error the sink reopens at it
                 await self._estimate()
                 p1 = self.state["position"]
-                self.log.info("snapshot: resuming at table %d of %d after key %s, in a new read view at %s:%d "
-                              "(the stream starts at %s:%d, where the snapshot began)", self.state["done"] + 1,
-                              len(self.state["tables"]), self.state.get("last"), self.view.file, self.view.pos,
+                self.log.info("snapshot: resuming at table %d of %d %s, in a new read view at %s:%d (the stream "
+                              "starts at %s:%d, where the snapshot began)", self.state["done"] + 1,
+                              len(self.state["tables"]), self._where(), self.view.file, self.view.pos,
                               p1["file"], p1["pos"])
             tables = self.state["tables"]
             try:
                 while self.state["done"] < len(tables):
                     await self._table(*tables[self.state["done"]])
             except _Stop:
-                self.log.info("snapshot: stopped in table %d of %d after key %s; it resumes there",
-                              self.state["done"] + 1, len(tables), self.state["last"])
+                self.log.info("snapshot: stopped in table %d of %d %s; it resumes there", self.state["done"] + 1,
+                              len(tables), self._where())
                 await daemon.committer.settle()
                 return
             await self._commit(None)
@@ -251,10 +220,11 @@ class Snapshot:
             self.log.info("snapshot: done, %d tables in %.1fs; streaming from %s:%d", len(tables), elapsed,
                           p1["file"], p1["pos"])
             daemon.metrics.snapshot_state(2)
-            try:
-                await _query(self.conn, "COMMIT")
-            except Exception:  # noqa: BLE001 (the view is no longer needed; the connection closes anyway)
-                pass
+            for reader in self.readers:
+                try:
+                    await query(reader.conn, "COMMIT")
+                except Exception:  # noqa: BLE001 (the view is no longer needed; the connection closes anyway)
+                    pass
         except SourceError:
             raise
         except Exception as exc:
@@ -262,15 +232,51 @@ class Snapshot:
                 raise _server_error(exc, "reading the tables") from None
             raise
 
-    async def _open_view(self) -> None:
-        """A new consistent read view (the first is P1)."""
-        self.view, how = await open_view(self.conn, self.info.flavor)
-        self.view_ts = int(time.time())
-        self.log.info("snapshot: read view at %s:%d%s (%s)", self.view.file, self.view.pos,
-                      f", GTID {self.view.gtid_list or self.view.gtid_set}"
-                      if self.view.gtid_list or self.view.gtid_set else "",
-                      "no lock" if how == "binlog_snapshot" else "FLUSH TABLES WITH READ LOCK held while it opened")
-        self.state["view"] = self.view.to_dict() | {"ts": self.view_ts}
+    async def _connect(self):
+        """A new connection for a reader (raw values)."""
+        conn = await admin_connection(self.daemon._source)
+        await raw_connection(conn)
+        return conn
+
+    def _open_spares(self) -> None:
+        """Begin opening the readers that key ranges need (``readers`` - 1, each with its own view), beside
+        the schema's seeding and the first tables: only where a view needs no lock."""
+        if self.readers[0].how == "binlog_snapshot":
+            self.spares = [asyncio.ensure_future(self._spare()) for _ in range(self.cfg.readers - 1)]
+
+    async def _spare(self) -> _Reader:
+        """A new reader in a new view.
+
+        Raises:
+            pymysql.err.Error, OSError: a query failed.
+        """
+        reader = _Reader(await self._connect())
+        try:
+            await self._open_view(reader)
+        except BaseException:
+            reader.conn.close()
+            raise
+        return reader
+
+    def _where(self) -> str:
+        """Where the current table's reading stands, for the log: after which key (in each key range)."""
+        ranges = self.state.get("ranges")
+        if not ranges:
+            return f"after key {self.state.get('last')}"
+        return "in key ranges " + ", ".join("done" if r["done"] else f"after {r['last']}" for r in ranges)
+
+    async def _open_view(self, reader: _Reader) -> None:
+        """A new consistent read view of ``reader`` (the main reader's first is P1, and the main reader's is the
+        checkpoint's ``view``)."""
+        reader.view, reader.how = await open_view(reader.conn, self.info.flavor)
+        reader.ts = int(time.time())
+        view = reader.view
+        self.log.info("snapshot: read view at %s:%d%s (%s)", view.file, view.pos,
+                      f", GTID {view.gtid_list or view.gtid_set}" if view.gtid_list or view.gtid_set else "",
+                      "no lock" if reader.how == "binlog_snapshot" else
+                      "FLUSH TABLES WITH READ LOCK held while it opened")
+        if reader is self.readers[0]:
+            self.state["view"] = view.to_dict() | {"ts": reader.ts}
 
     async def _begin(self) -> None:
         """A new snapshot at the view just opened: list the tables, seed the schema history at P1, and make the
@@ -320,18 +326,17 @@ class Snapshot:
         """The base tables outside the system schemas, in name order; their row estimates go to
         :attr:`estimates` (for the ETA)."""
         skip = ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS)
-        rows = await _query(self.conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES "
+        rows = await query(self.conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES "
                             f"WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN ({skip}) "
                             "ORDER BY TABLE_SCHEMA, TABLE_NAME")
-        self.estimates = {(_str(s), _str(t)): int(n or 0) for s, t, n in rows}
+        self.estimates = {(as_text(s), as_text(t)): int(n or 0) for s, t, n in rows}
         return list(self.estimates)
 
     # ------------------------------------------------------------------ one table
     async def _table(self, schema: str, table: str) -> None:
-        """Read the rest of one table, chunk by chunk, each committed; then mark it done."""
-        import pymysql
-
-        daemon, state, name = self.daemon, self.state, f"{schema}.{table}"
+        """Read the rest of one table, chunk by chunk (in key ranges at once where :meth:`_ranges` splits it),
+        each chunk committed; then mark it done."""
+        state, name = self.state, f"{schema}.{table}"
         info = await describe(self.conn, schema, table)
         if info is None:
             self.log.warning("snapshot: %s is gone (dropped since the snapshot began); its DROP is in the stream",
@@ -345,86 +350,153 @@ class Snapshot:
                 self.log.warning("snapshot: %s (no primary key) is read again in a later view than the stream's "
                                  "start: its changes between %s:%d and %s:%d may be delivered twice", name,
                                  state["position"]["file"], state["position"]["pos"], self.view.file, self.view.pos)
-        total = max(1, -(-info.rows_estimate // chunk)) if chunk else 1
-        chunks, began, last_line, rows_now = 0, time.monotonic(), time.monotonic(), 0
+        run = _TableRun(name, info, chunk, max(1, -(-info.rows_estimate // chunk)) if chunk else 1)
+        if chunk and state["last"] is None and "ranges" not in state:
+            ranges = await self._ranges(info)
+            if ranges:
+                state["ranges"] = ranges
+        ranges = state.get("ranges")
+        if not ranges:
+            await self._range(self.readers[0], run, None)
+        else:
+            while len(self.readers) < len(ranges):
+                self.readers.append(await (self.spares.pop(0) if self.spares else self._spare()))
+            await _all(self._range(reader, run, index)
+                       for index, (reader, at) in enumerate(zip(self.readers, ranges)) if not at["done"])
+        if run.gone:
+            self.log.warning("snapshot: %s was dropped while it was read; its DROP is in the stream", name)
+        await self._table_done(name, run.rows, time.monotonic() - run.began)
+
+    async def _ranges(self, info) -> list[dict] | None:
+        """The key ranges to read ``info`` in at once, one per reader (``[snapshot] readers``), or None: one
+        reader reads it. Only a table of at least two chunks per reader with a one-column integer key is split,
+        at equal steps between its least and greatest key, and only where a view needs no lock (MariaDB,
+        Percona): each reader's view is a later one than P1, as after a crash (ARCHITECTURE.md).
+
+        Raises:
+            pymysql.err.Error, OSError: the query failed (but for a changed or dropped table: None).
+        """
+        n = self.cfg.readers
+        if (n < 2 or self.readers[0].how != "binlog_snapshot" or len(info.key) != 1
+                or info.types[info.columns.index(info.key[0])] not in _INTS
+                or info.rows_estimate < 2 * n * self.cfg.chunk_rows):
+            return None
+        import pymysql
+
+        key = _quote(info.key[0])
+        try:
+            least, most = (await query(self.conn, f"SELECT MIN({key}), MAX({key}) FROM {_quote(info.schema)}."
+                                       f"{_quote(info.table)}"))[0]
+        except pymysql.err.MySQLError as exc:
+            if exc.args and exc.args[0] in (ER_TABLE_DEF_CHANGED, ER_NO_SUCH_TABLE):
+                return None   # one reader meets it again, and renews its view or finds the table gone
+            raise
+        await release(self.conn)
+        if least is None or int(most) - int(least) < n:
+            return None
+        least, most = int(least), int(most)
+        bounds = [least + (most - least) * i // n for i in range(1, n)]
+        return [{"last": [str(bounds[i - 1])] if i else None, "upto": [str(bounds[i])] if i < n - 1 else None,
+                 "done": False} for i in range(n)]
+
+    async def _range(self, reader: _Reader, run: _TableRun, index: int | None) -> None:
+        """Read one key range of the table (``state["ranges"][index]``; None: the whole table after
+        ``state["last"]``) on ``reader``, chunk by chunk, each committed; return when it is read (or the table is
+        gone: ``run.gone``).
+
+        Raises:
+            _Stop: a stop was asked for (the last chunk is committed).
+            pymysql.err.Error, OSError: a query failed.
+        """
+        import pymysql
+
+        daemon, state, chunk, info = self.daemon, self.state, run.chunk, run.info
+        at = state["ranges"][index] if index is not None else {"last": state["last"], "upto": None}
+        last, upto = at["last"], at["upto"]
         renewed = 0
-        reader = ChunkReader(info)
+        reader_rows = ChunkReader(info)
         pending: asyncio.Future | None = None   # the next chunk's query, sent before this chunk is written
         try:
             while True:
                 if daemon.stopping.is_set():  # the last chunk is committed: stop here
                     raise _Stop
                 try:
-                    got = await (pending or self._fetch(reader, state["last"], chunk))
+                    got = await (pending or self._fetch(reader, reader_rows, last, chunk, upto))
                     pending = None
                 except pymysql.err.MySQLError as exc:
                     pending = None
                     code = exc.args[0] if exc.args else 0
                     if code == ER_NO_SUCH_TABLE:
-                        self.log.warning("snapshot: %s was dropped while it was read; its DROP is in the stream",
-                                         name)
-                        return await self._table_done(name, rows_now, time.monotonic() - began)
+                        run.gone = True
+                        return
                     if code != ER_TABLE_DEF_CHANGED or renewed >= 3:
                         raise
                     renewed += 1
                     self.log.info("snapshot: %s changed definition after the read view opened: renewing the view",
-                                  name)
-                    await _query(self.conn, "ROLLBACK")
-                    await self._open_view()
-                    info = await describe(self.conn, schema, table) or info
-                    reader = ChunkReader(info)
+                                  run.name)
+                    await query(reader.conn, "ROLLBACK")
+                    await self._open_view(reader)
+                    info = await describe(reader.conn, info.schema, info.table) or info
+                    reader_rows = ChunkReader(info)
                     continue
                 renewed = 0
-                rows, last = got
+                rows, key = got
                 n = len(rows)
                 full = chunk is not None and n == chunk
                 if full and self.fast:  # the server reads the next chunk while this one is written
-                    pending = asyncio.ensure_future(self._fetch(reader, last, chunk))
+                    pending = asyncio.ensure_future(self._fetch(reader, reader_rows, key, chunk, upto))
                     await asyncio.sleep(0)
-                self._write(reader, info, rows)
-                chunks += 1
-                rows_now += n
+                self._write(reader, reader_rows, info, rows)
+                last = key if key is not None else last
+                run.chunks += 1
+                run.rows += n
                 state["rows"] += n
-                if last is not None:
+                if index is None:
                     state["last"] = last
-                if full:
+                else:
+                    state["ranges"][index] = {"last": last, "upto": upto, "done": not full}
+                if full or index is not None:  # a table's last chunk is committed with the table done
                     await self._commit(state)
-                daemon.metrics.snapshot_chunk(name, n, chunks, total)
+                daemon.metrics.snapshot_chunk(run.name, n, run.chunks, run.total)
                 if not full:
-                    return await self._table_done(name, rows_now, time.monotonic() - began)
-                if time.monotonic() - last_line >= _PROGRESS_SECONDS:
-                    last_line = time.monotonic()
-                    rate = rows_now / max(1e-6, last_line - began)
+                    return
+                if time.monotonic() - run.logged >= _PROGRESS_SECONDS:
+                    run.logged = time.monotonic()
+                    rate = run.rows / max(1e-6, run.logged - run.began)
                     left = max(0, info.rows_estimate - state["rows"])
-                    self.log.info("snapshot: %s: %d rows so far (%.0f rows/s), about %.0fs left", name,
+                    self.log.info("snapshot: %s: %d rows so far (%.0f rows/s), about %.0fs left", run.name,
                                   state["rows"], rate, left / rate if rate else 0.0)
         finally:
             if pending is not None:  # the connection is mid-result: it is closed with the snapshot
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
 
-    async def _fetch(self, reader: ChunkReader, after: list | None, limit: int | None) -> tuple[list, list | None]:
-        """One chunk's rows (row packets on the fast path, PyMySQL tuples else) and last key, then the chunk's
-        metadata lock released."""
+    async def _fetch(self, reader: _Reader, rows: ChunkReader, after: list | None, limit: int | None,
+                     upto: list | None) -> tuple[list, list | None]:
+        """One chunk's rows on ``reader`` (row packets on the fast path, PyMySQL tuples else) and last key, then
+        the chunk's metadata lock released."""
+        conn = reader.conn
         if self.fast:
-            got = await reader.fetch(self.conn, after, limit)
+            got = await rows.fetch(conn, after, limit, upto)
         else:
-            rows = await read_chunk(self.conn, reader.info, after, limit)
-            got = rows, (reader.info.last_key(rows[-1]) if rows and reader.info.key else None)
-        await release(self.conn)
+            found = await read_chunk(conn, rows.info, after, limit, upto)
+            got = found, (rows.info.last_key(found[-1]) if found and rows.info.key else None)
+        await release(conn)
         return got
 
-    def _write(self, reader: ChunkReader, info, rows) -> None:
-        """Give the sink the change events of one chunk's rows (see :meth:`_fetch`): on the fast path as JSON
-        lines in one call when it takes them (``change_lines``: the JSON-lines sink), else one by one."""
-        source, ts, sink = self._source(), self.state["view"].get("ts", self.view_ts), self.daemon.sink
+    def _write(self, reader: _Reader, rows: ChunkReader, info, found) -> None:
+        """Give the sink the change events of one chunk's rows (see :meth:`_fetch`) read in ``reader``'s view: on
+        the fast path as JSON lines in one call when it takes them (``change_lines``: the JSON-lines sink, which
+        writes them in its own thread in a bulk load, while the next chunk's go into the reader's other
+        buffer), else one by one."""
+        source, ts, sink = reader.source(self.info.server_id), reader.ts, self.daemon.sink
         if self.fast:
             take = getattr(sink, "change_lines", None)
-            if take is not None and reader.write_lines(rows, source, ts, self.state["rows"], take):
+            if take is not None and take(rows.lines_kept(found, source, ts, self.state["rows"])):
                 return
-            changes = reader.changes(rows, source, ts, self.state["rows"])
+            changes = rows.changes(found, source, ts, self.state["rows"])
         else:
-            changes = info.changes(rows, source, ts, self.state["rows"])
+            changes = info.changes(found, source, ts, self.state["rows"])
         for item in changes:
             sink.change(item)
 
@@ -433,6 +505,7 @@ class Snapshot:
         state = self.state
         total_rows = state["rows"]
         state.update(done=state["done"] + 1, last=None, rows=0)
+        state.pop("ranges", None)
         await self._commit(state)
         rate = rows / elapsed if elapsed > 0 else 0.0
         self.run_rows += rows
@@ -442,22 +515,18 @@ class Snapshot:
                       "ETA %.0fs (about %d rows left)", name, total_rows, rows, elapsed, rate, state["done"],
                       len(state["tables"]), left / overall if overall else 0.0, left)
 
-    def _source(self) -> dict:
-        """The ``source`` of this view's rows (``row`` is added per row)."""
-        view = self.view
-        return {"server_id": self.info.server_id, "file": view.file, "pos": view.pos,
-                "gtid": view.gtid_list or view.gtid_set or None, "snapshot": True}
-
     async def _commit(self, state: dict | None) -> None:
         """Commit what the sink holds like a transaction: flush now, sync and save the checkpoint (position P1,
-        the snapshot's ``state``; None once it is done) in the committer's worker.
+        a copy of the snapshot's ``state``; None once it is done) in the committer's worker.
 
         Raises:
             SinkError, CheckpointError: this or an earlier sync failed.
         """
         committer = self.daemon.committer
         p1 = Position.from_dict(self.state["position"])
-        snapshot = None if state is None else {k: v for k, v in state.items()}
+        snapshot = None if state is None else dict(state)
+        if snapshot is not None and "ranges" in snapshot:
+            snapshot["ranges"] = [dict(r) for r in snapshot["ranges"]]
         resume = ResumeState(p1, self.state.get("by_gtid", self.by_gtid), None, self.resume.source, None, snapshot)
         token = committer.flush(resume)
         committer.sync(token)
@@ -465,8 +534,18 @@ class Snapshot:
             await committer.settle()
 
 
-class LockRefused(SourceError):
-    """The server has no ``Binlog_snapshot_position`` and refused ``FLUSH TABLES WITH READ LOCK``."""
+async def _all(coros) -> None:
+    """Run the coroutines at once; when one raises, the others are cancelled and its exception is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
 
 
 class _Stop(Exception):

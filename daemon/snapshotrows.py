@@ -120,26 +120,34 @@ class TableInfo:
             yield {"op": "read", "schema": schema, "table": table, "before": None, "after": self.row(raw),
                    "ts": ts, "source": {**source, "row": index}}
 
-    def chunk_sql(self, after: list | None, limit: int | None, escape, select: str | None = None) -> str:
+    def chunk_sql(self, after: list | None, limit: int | None, escape, select: str | None = None,
+                  upto: list | None = None) -> str:
         """The SELECT of the chunk after key ``after`` (None: from the first key) of at most ``limit`` rows
-        (None: every row, unordered for a table without a key). ``escape(str) -> str`` quotes a string literal;
-        ``select``: the select list (default: every column).
+        (None: every row, unordered for a table without a key), up to key ``upto`` (None: to the last; one-column
+        keys only). ``escape(str) -> str`` quotes a string literal; ``select``: the select list (default: every
+        column).
 
         Raises:
-            ValueError: ``after`` does not fit the key (a checkpoint from another table definition).
+            ValueError: ``after`` or ``upto`` does not fit the key (a checkpoint from another table definition).
         """
         select = select or self.select_list()
         sql = f"SELECT {select} FROM {_quote(self.schema)}.{_quote(self.table)}"
         if self.key:
+            cols, where = [_quote(k) for k in self.key], []
             if after is not None:
                 if len(after) != len(self.key):
                     raise ValueError(f"key {after!r} does not fit {self.name}'s primary key {self.key}")
                 lits = [self._literal(i, v, escape) for i, v in zip(self._key_at, after)]
-                cols = [_quote(k) for k in self.key]
                 terms = [" AND ".join([*(f"{c} = {v}" for c, v in zip(cols[:n], lits[:n])), f"{cols[n]} > {lits[n]}"])
                          for n in range(len(cols))]
-                sql += f" WHERE {cols[0]} >= {lits[0]} AND ({' OR '.join(f'({t})' for t in terms)})"
-            sql += f" ORDER BY {', '.join(_quote(k) for k in self.key)}"
+                where.append(f"{cols[0]} >= {lits[0]} AND ({' OR '.join(f'({t})' for t in terms)})")
+            if upto is not None:
+                if len(upto) != 1 or len(self.key) != 1:
+                    raise ValueError(f"key range end {upto!r} does not fit {self.name}'s primary key {self.key}")
+                where.append(f"{cols[0]} <= {self._literal(self._key_at[0], upto[0], escape)}")
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += f" ORDER BY {', '.join(cols)}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return sql
@@ -206,14 +214,15 @@ async def raw_connection(conn) -> None:
                           "'PAD_CHAR_TO_FULL_LENGTH', '')")
 
 
-async def read_chunk(conn, info: TableInfo, after: list | None, limit: int | None) -> list[tuple]:
-    """One chunk of ``info``'s rows after key ``after``, in key order (see :meth:`TableInfo.chunk_sql`), as raw
-    text-protocol tuples; on a connection prepared by :func:`raw_connection`.
+async def read_chunk(conn, info: TableInfo, after: list | None, limit: int | None,
+                     upto: list | None = None) -> list[tuple]:
+    """One chunk of ``info``'s rows after key ``after`` (up to key ``upto``), in key order (see
+    :meth:`TableInfo.chunk_sql`), as raw text-protocol tuples; on a connection prepared by :func:`raw_connection`.
 
     Raises:
         pymysql.err.Error, OSError: the query failed.
     """
     async with conn.cursor() as cur:
-        await cur.execute(info.chunk_sql(after, limit, conn.escape))
+        await cur.execute(info.chunk_sql(after, limit, conn.escape, upto=upto))
         return list(await cur.fetchall())
 

@@ -408,10 +408,12 @@ class ChunkReader:
         self.plan = plan(info)
         self._key_at = [info.columns.index(k) for k in info.key]
         self._buffers = [bytearray(), bytearray()]   # used in turn: a chunk's rows stay while the next is read
-        self._out = bytearray()                      # write_lines' output, kept
+        self._outs = [bytearray(), bytearray()]      # lines_kept's output, used in turn
 
-    async def fetch(self, conn, after: list | None, limit: int | None) -> tuple[ResultRows, list | None]:
-        """The chunk after key ``after`` (None: from the start) of at most ``limit`` rows (None: all): its rows
+    async def fetch(self, conn, after: list | None, limit: int | None,
+                    upto: list | None = None) -> tuple[ResultRows, list | None]:
+        """The chunk after key ``after`` (None: from the start) of at most ``limit`` rows (None: all), up to key
+        ``upto`` (None: to the last; :meth:`TableInfo.chunk_sql`): its rows
         as read (``len()`` of it: how many; valid until the fetch after the next, which reads into the same
         memory), and its last key (None when it is empty or there is no key).
 
@@ -420,7 +422,7 @@ class ChunkReader:
         """
         info = self.info
         self._buffers.reverse()
-        result = await query_result(conn, info.chunk_sql(after, limit, conn.escape), self._buffers[0])
+        result = await query_result(conn, info.chunk_sql(after, limit, conn.escape, upto=upto), self._buffers[0])
         last = None
         if result.rows and info.key:
             values = result.last_values()
@@ -432,13 +434,18 @@ class ChunkReader:
         format writes for the change dicts of :meth:`changes`: the same bytes."""
         return textrows.lines(result.buf, result.start, result.end, self.plan, *self._envelope(source, ts), first)
 
-    def write_lines(self, result: ResultRows, source: dict, ts: int, first: int, take) -> bool:
-        """``take(view)`` of a view of :meth:`lines` (the same bytes, written into memory kept from chunk to
-        chunk); returns what ``take`` returns. The view is released when ``take`` returns."""
+    def lines_kept(self, result: ResultRows, source: dict, ts: int, first: int) -> memoryview:
+        """:meth:`lines` written into memory kept from chunk to chunk, two buffers in turn: a view of them, whose
+        bytes stay as they are until the second call after this one (a sink may still write them meanwhile).
+
+        Raises:
+            BufferError: a view of the buffer these lines go into is still held (not released since the call
+                before the last).
+        """
+        self._outs.reverse()
         n = textrows.lines(result.buf, result.start, result.end, self.plan, *self._envelope(source, ts), first,
-                           self._out)
-        with memoryview(self._out)[:n] as view:
-            return take(view)
+                           self._outs[0])
+        return memoryview(self._outs[0])[:n]
 
     def _envelope(self, source: dict, ts: int) -> list[bytes]:
         """(head, mid, tail) of :func:`textrows.lines` for these rows' change lines."""

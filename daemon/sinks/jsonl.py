@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from binlogd.library.checkpointfile import jsonl_committed, jsonl_index, jsonl_name
@@ -30,10 +31,15 @@ class JsonLinesSink(Sink):
 
     Rotation happens at a commit, so a transaction never spans two files; 0 means no limit. ``format``:
     "binlogd" (ARCHITECTURE.md's change events) or "debezium" (:mod:`library.debezium`, whose ``source.name``
-    is ``server_name``). In a :meth:`bulk` load, once a file's bytes are durable, all but its last
-    :data:`KEEP_CACHED` are dropped from the page cache (``POSIX_FADV_DONTNEED``): a snapshot does not fill
-    the machine's memory, and its writes reuse the pages just freed (a reader that tails the files reads the
-    newest bytes from the cache, older ones from the disk).
+    is ``server_name``). In a :meth:`bulk` load:
+
+    - once a file's bytes are durable, all but its last :data:`KEEP_CACHED` are dropped from the page cache
+      (``POSIX_FADV_DONTNEED``): a snapshot does not fill the machine's memory, and its writes reuse the pages
+      just freed (a reader that tails the files reads the newest bytes from the cache, older ones from the
+      disk);
+    - :meth:`change_lines` writes in a thread of the sink's, one call at a time, so that the caller goes on
+      (reading the next chunk) while the kernel copies the lines; :meth:`flush` does not wait for that write,
+      :meth:`sync` does.
 
     Raises (construction):
         ValueError: an unknown format.
@@ -51,6 +57,11 @@ class JsonLinesSink(Sink):
         self._syncing: list[int] = []   # handed over by begin_sync(): what sync() fsyncs and closes (worker only)
         self._synced_ends: list[int] = []  # handed over with them in a bulk load, else []
         self._bulk = False
+        self._writer: ThreadPoolExecutor | None = None  # the bulk load's writes (one thread, in order)
+        self._writing: Future | None = None   # the write in that thread, until a call on the consumer waits for it
+        self._written: Future | None = None   # the last write flush() covered: what the next sync waits for
+        self._syncing_after: Future | None = None  # handed over by begin_sync(): what sync() waits for first
+        self._end = 0                          # the file's offset once _writing is done
         self._index = 1
         self._opened_at = 0.0
 
@@ -94,24 +105,52 @@ class JsonLinesSink(Sink):
             fsync_dir(self.directory)
 
     def change(self, change: dict) -> None:
+        self._wait_write()
         try:
             self._fh.write(self._json(change) + b"\n")
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
 
     def change_lines(self, lines) -> bool:
-        """Changes already as JSON lines of the "binlogd" format (bytes-like, not kept), each what :meth:`change`
-        writes for it (the snapshot's chunks); False, and nothing written, when this sink writes another format."""
+        """Changes already as JSON lines of the "binlogd" format (bytes-like), each what :meth:`change` writes for
+        it (the snapshot's chunks); False, and nothing written, when this sink writes another format. In a bulk
+        load they are written in the sink's thread after this returns: the caller leaves them as they are until
+        the sink's next call returns (a memoryview is released once written)."""
         if self._json is not dumps:
             return False
+        self._wait_write()
+        if self._writer is not None:
+            self._end = self._fh.tell() + len(lines)
+            self._writing = self._writer.submit(self._write_through, lines)
+            return True
         try:
             self._fh.write(lines)
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
         return True
 
+    def _write_through(self, lines) -> None:
+        """In the writer thread: write ``lines`` and hand them to the kernel; release them if a memoryview."""
+        try:
+            self._fh.write(lines)
+            self._fh.flush()
+        finally:
+            if isinstance(lines, memoryview):
+                lines.release()
+
+    def _wait_write(self) -> None:
+        """Wait for the write in the writer thread, if any.
+
+        Raises:
+            SinkError: it failed.
+        """
+        job, self._writing = self._writing, None
+        if job is not None:
+            _result(job, f"cannot write {self._path(self._index)}")
+
     def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
         lines, n = self._lines(event, file, gtid)
+        self._wait_write()
         try:
             self._fh.write(lines)
         except OSError as exc:
@@ -120,14 +159,18 @@ class JsonLinesSink(Sink):
 
     def flush(self) -> dict:
         try:
-            self._fh.flush()
-            offset = self._fh.tell()
+            if self._writing is not None:   # the writer thread writes up to _end; sync() waits for it
+                self._written, offset = self._writing, self._end
+            else:
+                self._fh.flush()
+                offset = self._fh.tell()
             too_big = self.max_file_bytes and offset >= self.max_file_bytes
             too_old = self.max_file_seconds and time.monotonic() - self._opened_at >= self.max_file_seconds
             if self.fsync:
                 self._unsynced.append(os.dup(self._fh.fileno()))  # rotation may close the file before sync()
                 self._ends.append(offset)
             if too_big or too_old:
+                self._wait_write()
                 self._fh.close()
                 self._index += 1
                 self._open_current()
@@ -138,17 +181,37 @@ class JsonLinesSink(Sink):
 
     def bulk(self, on: bool) -> None:
         self._bulk = on
+        if on and self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="jsonl-writer")
+        elif not on and self._writer is not None:
+            try:
+                self._wait_write()
+            finally:
+                self._writer.shutdown()
+                self._writer = None
 
     def begin_sync(self) -> None:
         self._syncing, self._unsynced = self._unsynced, []
         self._synced_ends, self._ends = (self._ends if self._bulk else []), []
+        self._syncing_after, self._written = self._written, None
 
     def sync(self) -> None:
+        job, self._syncing_after = self._syncing_after, None
+        if job is not None:
+            try:
+                _result(job, f"cannot write {self._path(self._index)}")
+            except SinkError:
+                close_all(self._syncing)
+                raise
         drop = [max(0, end - KEEP_CACHED) for end in self._synced_ends]
         self._synced_ends = []
         sync_all(self._syncing, f"the JSON-lines files in {self.directory}", drop)
 
     def close(self) -> None:
+        try:
+            self._wait_write()
+        except SinkError:
+            pass  # uncommitted data is discarded on the next open anyway
         if self._fh is not None:
             try:
                 self._fh.close()
@@ -158,3 +221,15 @@ class JsonLinesSink(Sink):
         close_all(self._unsynced)
         close_all(self._syncing)
         self._ends, self._synced_ends = [], []
+
+
+def _result(job: Future, what: str) -> None:
+    """Wait for a write of the writer thread.
+
+    Raises:
+        SinkError: it failed (``what``, with the error).
+    """
+    try:
+        job.result()
+    except OSError as exc:
+        raise SinkError(f"{what}: {exc.strerror or exc}") from exc

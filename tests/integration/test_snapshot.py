@@ -283,3 +283,20 @@ def test_snapshot_in_debezium_format(mariadb_minimal, tmp_path):
         assert {c["after"]["id"]: c["after"]["v"] for c in reads} == {k: v["v"] for k, v in want.items()}
     finally:
         server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_one_reader_reads_in_key_order(mariadb_minimal, tmp_path):
+    """``readers = 1``: no key ranges; the table's rows arrive in key order, from one view."""
+    server, db = mariadb_minimal, _db()
+    make_tables(server, db, 900)
+    server.sql(f"ANALYZE TABLE `{db}`.big")
+    try:
+        with running_daemon(_overrides(server, tmp_path, db, chunk_rows=7, snapshot__readers=1)) as d:
+            wait_caught_up(server, tmp_path / "checkpoint.json", daemon=d)
+            assert d.count("snapshot: read view at") == 1, d.stderr
+        changes = read_changes(tmp_path / "sink")
+        check_against_server(server, db, changes)
+        ids = [c["after"]["id"] for c in changes if c["op"] == "read" and c["table"] == "big"]
+        assert ids == sorted(ids) and len(ids) == 900
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")

@@ -347,3 +347,96 @@ def test_bulk_load_keeps_only_the_newest_bytes_cached(out, monkeypatch, bulk):
         assert resident <= size // 3, (resident, size)   # ~KEEP_CACHED of 24 MB (fincore rounds up a little)
     else:
         assert resident > size - (1 << 20), (resident, size)
+
+
+class _GatedWrites:
+    """Wraps a file object; each write waits until ``gate`` is set (and notes the thread it ran in)."""
+
+    gate = None
+    threads: list = []
+
+    def __init__(self, fh):
+        self._fh = fh
+
+    def write(self, data):
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        assert self.gate.wait(10)
+        return self._fh.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+
+
+def test_bulk_writes_in_its_thread_and_sync_waits_for_them(out, monkeypatch):
+    """In a bulk load change_lines returns before its bytes are written (the writer thread waits here on a
+    gate), flush gives the offset they will end at, sync waits for them before its fsync, a later change is
+    written after them, and a memoryview given is released once written."""
+    import threading
+
+    gate = threading.Event()
+    monkeypatch.setattr(_GatedWrites, "gate", gate)
+    monkeypatch.setattr(_GatedWrites, "threads", [])
+    monkeypatch.setattr(jsonl_mod, "open", lambda *a, **kw: _GatedWrites(open(*a, **kw)), raising=False)
+    gate.set()
+    sink = open_sink(out)
+    sink.change(change(0))
+    before = sink.commit()["offset"]
+    sink.bulk(True)
+    gate.clear()
+    buf = bytearray(b'{"n":1}\n' * 1000)
+    sink.change_lines(memoryview(buf))
+    state = sink.flush()
+    path = out / "changes-000001.jsonl"
+    assert state["offset"] == before + len(buf) and path.stat().st_size == before  # not written yet
+    sink.begin_sync()
+    syncing = threading.Thread(target=sink.sync)
+    syncing.start()
+    syncing.join(0.3)
+    assert syncing.is_alive(), "sync did not wait for the write"
+    gate.set()
+    syncing.join(10)
+    assert path.stat().st_size == state["offset"]
+    buf.extend(b"x")   # no view of it is held any more
+    sink.change(change(1))
+    sink.bulk(False)
+    assert sink.commit()["offset"] == path.stat().st_size
+    sink.close()
+    assert lines(path) == [change(0)] + [{"n": 1}] * 1000 + [change(1)]
+    assert _GatedWrites.threads[1].startswith("jsonl-writer") and _GatedWrites.threads[0] == "MainThread"
+
+
+def test_bulk_write_failure_is_a_sink_error_at_sync(out, disk):
+    """A write that fails in the writer thread fails the sync of the commit that covers it (and the sink's
+    next call): the checkpoint never covers it, and reopening at the last state cuts it off."""
+    sink = open_sink(out)
+    sink.change(change(0))
+    state = sink.commit()
+    sink.bulk(True)
+    disk["write"] = True
+    sink.change_lines(b'{"n":1}\n' * 10)
+    sink.flush()
+    sink.begin_sync()
+    with pytest.raises(SinkError, match="No space left on device"):
+        sink.sync()
+    with pytest.raises(SinkError, match="No space left on device"):
+        sink.change_lines(b'{"n":2}\n')
+    disk["write"] = False
+    sink.bulk(False)
+    sink.close()
+    again = open_sink(out, state)
+    again.close()
+    assert lines(out / "changes-000001.jsonl") == [change(0)]
+
+
+def test_bulk_rotation_waits_for_the_write(out):
+    """A commit that rotates the file in a bulk load closes it only once the writer thread has written it."""
+    sink = open_sink(out, max_file_bytes=1000)
+    sink.bulk(True)
+    for n in range(3):
+        sink.change_lines(b'{"n":%d}\n' % n * 200)
+        assert sink.commit() == {"file": f"changes-00000{n + 2}.jsonl", "offset": 0}
+    sink.bulk(False)
+    sink.close()
+    assert [lines(out / f"changes-00000{n + 1}.jsonl") for n in range(3)] == [[{"n": n}] * 200 for n in range(3)]

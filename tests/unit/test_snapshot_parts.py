@@ -19,11 +19,14 @@ from binlogd.protocol.position import Position
 
 def test_snapshot_config_defaults_and_checks():
     cfg = load_config(None, env={})
-    assert (cfg.snapshot.mode, cfg.snapshot.chunk_rows, cfg.snapshot.signal_table) == ("never", 10000, "")
+    assert (cfg.snapshot.mode, cfg.snapshot.chunk_rows, cfg.snapshot.readers, cfg.snapshot.signal_table) == \
+        ("never", 10000, 3, "")
     cfg = load_config(None, env={"BINLOGD_SNAPSHOT__MODE": "initial", "BINLOGD_SNAPSHOT__CHUNK_ROWS": "7",
-                                 "BINLOGD_SNAPSHOT__SIGNAL_TABLE": "db.signals"})
-    assert (cfg.snapshot.mode, cfg.snapshot.chunk_rows, cfg.snapshot.signal_table) == ("initial", 7, "db.signals")
+                                 "BINLOGD_SNAPSHOT__READERS": "1", "BINLOGD_SNAPSHOT__SIGNAL_TABLE": "db.signals"})
+    assert (cfg.snapshot.mode, cfg.snapshot.chunk_rows, cfg.snapshot.readers, cfg.snapshot.signal_table) == \
+        ("initial", 7, 1, "db.signals")
     for key, value, words in (("snapshot.mode", "always", "snapshot.mode"), ("snapshot.chunk_rows", "0", "chunk_rows"),
+                              ("snapshot.readers", "0", "readers"), ("snapshot.readers", "17", "readers"),
                               ("snapshot.signal_table", "signals", "database.table"),
                               ("snapshot.signal_table", "a.b.c", "database.table")):
         with pytest.raises(ConfigError) as err:
@@ -58,6 +61,15 @@ def test_keyset_sql_composite_key():
         info.chunk_sql(["3"], 5, _escape)
     keyless = TableInfo("d", "n", ("x", "f"), ("int", "float"))
     assert keyless.chunk_sql(None, None, _escape) == "SELECT `x`, (`f` + 0e0) FROM `d`.`n`"
+    ranged = TableInfo("d", "r", ("id", "v"), ("bigint", "int"), ("id",))
+    assert ranged.chunk_sql(["10"], 5, _escape, upto=["20"]) == ("SELECT `id`, `v` FROM `d`.`r` WHERE `id` >= 10 AND "
+                                                                 "((`id` > 10)) AND `id` <= 20 ORDER BY `id` LIMIT 5")
+    assert ranged.chunk_sql(None, 5, _escape, upto=["-3"]).endswith("WHERE `id` <= -3 ORDER BY `id` LIMIT 5")
+    for upto in (["1 OR 1=1"], ["1", "2"]):
+        with pytest.raises(ValueError):
+            ranged.chunk_sql(None, 5, _escape, upto=upto)
+    with pytest.raises(ValueError):
+        info.chunk_sql(None, 5, _escape, upto=["3"])   # a key range needs a one-column key
     binary = TableInfo("d", "b", ("k",), ("varbinary",), ("k",))
     assert binary.chunk_sql([{"hex": "00ff"}], 1, _escape).endswith("WHERE `k` >= X'00ff' AND ((`k` > X'00ff')) "
                                                                      "ORDER BY `k` LIMIT 1")

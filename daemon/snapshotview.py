@@ -1,0 +1,112 @@
+"""The snapshot's read views: a consistent snapshot and the binlog position it is consistent with.
+
+- :func:`open_view`: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and, on MariaDB and Percona,
+  ``Binlog_snapshot_file/position`` (no lock); on Oracle MySQL :func:`open_view_locked` (the transaction opened
+  inside ``FLUSH TABLES WITH READ LOCK``);
+- :func:`binlog_end`: the server's binlog end (``SHOW MASTER STATUS``);
+- :func:`release`: a chunk's metadata lock dropped, the view kept (``ROLLBACK TO SAVEPOINT``).
+"""
+
+from __future__ import annotations
+
+from binlogd.protocol.position import Position
+
+from .connection import SourceError
+
+_SAVEPOINT = "binlogd_snapshot"
+
+
+async def query(conn, sql: str, args=None) -> list[tuple]:
+    """The rows of one statement on an aiomysql connection (none for a statement without a result)."""
+    async with conn.cursor() as cur:
+        await cur.execute(sql, args)
+        return list(await cur.fetchall() or ())
+
+
+def as_text(value) -> str:
+    """A text value of a result row as str (the raw connection gives bytes or str)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def open_view(conn, flavor: str) -> tuple[Position, str]:
+    """Open a consistent read view on ``conn`` and return its binlog position and how it was taken.
+
+    MariaDB and Percona: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` then ``Binlog_snapshot_file/position``
+    (and ``BINLOG_GTID_POS`` of them on MariaDB): no lock. Else (MySQL): ``FLUSH TABLES WITH READ LOCK``, the
+    transaction opened and ``SHOW MASTER STATUS`` read inside it, ``UNLOCK TABLES``. A savepoint is set, so
+    that :func:`release` can drop each chunk's metadata lock.
+
+    Returns:
+        (position with its GTID set or list, ``"binlog_snapshot"`` or ``"ftwrl"``).
+    Raises:
+        LockRefused: FTWRL refused; SourceError: binary logging off.
+        pymysql.err.Error, OSError: another query failed.
+    """
+    await query(conn, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    await query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    status = {as_text(k).lower(): as_text(v) for k, v in await query(conn, "SHOW STATUS LIKE 'binlog_snapshot%'")}
+    if status.get("binlog_snapshot_file"):
+        file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+        gtid = ""
+        if flavor == "mariadb":
+            gtid = as_text((await query(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (file, pos)))[0][0] or "")
+        await query(conn, f"SAVEPOINT {_SAVEPOINT}")
+        return Position(file, pos, gtid_list=gtid), "binlog_snapshot"
+    await query(conn, "ROLLBACK")
+    return await open_view_locked(conn), "ftwrl"
+
+
+async def open_view_locked(conn) -> Position:
+    """:func:`open_view` for a server without ``Binlog_snapshot_position`` (Oracle MySQL): ``FLUSH TABLES WITH
+    READ LOCK``, the transaction opened and ``SHOW MASTER STATUS`` (or ``SHOW BINARY LOG STATUS``) read inside
+    it, ``UNLOCK TABLES``, a savepoint set. Returns the view's position, with the GTID set ``SHOW MASTER
+    STATUS`` gives (MySQL's fifth column; none on MariaDB).
+
+    Raises:
+        LockRefused: FTWRL refused (no RELOAD privilege, a managed service).
+        SourceError, pymysql.err.Error, OSError: as :func:`open_view`.
+    """
+    import pymysql
+
+    try:
+        await query(conn, "FLUSH TABLES WITH READ LOCK")
+    except pymysql.err.MySQLError as exc:
+        raise LockRefused("misconfigured", f"snapshot: FLUSH TABLES WITH READ LOCK refused ({exc.args[-1]})",
+                          fatal=True) from None
+    try:
+        await query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        position = await binlog_end(conn)
+    finally:
+        await query(conn, "UNLOCK TABLES")
+    await query(conn, f"SAVEPOINT {_SAVEPOINT}")
+    return position
+
+
+async def binlog_end(conn) -> Position:
+    """The server's binlog end: ``SHOW MASTER STATUS`` (``SHOW BINARY LOG STATUS`` where that is gone), with
+    the GTID set of MySQL's fifth column (none on MariaDB).
+
+    Raises:
+        SourceError: (fatal) binary logging is off.
+        pymysql.err.Error, OSError: the query failed.
+    """
+    import pymysql
+
+    try:
+        rows = await query(conn, "SHOW MASTER STATUS")
+    except pymysql.err.ProgrammingError:
+        rows = await query(conn, "SHOW BINARY LOG STATUS")
+    if not rows:
+        raise SourceError("misconfigured", "snapshot: the server has binary logging off", fatal=True)
+    row = rows[0]
+    gtid_set = as_text(row[4]).replace("\n", "") if len(row) > 4 and row[4] else ""
+    return Position(as_text(row[0]), int(row[1]), gtid_set=gtid_set)
+
+
+async def release(conn) -> None:
+    """Drop the metadata locks of the chunks read since the view opened (the view stays)."""
+    await query(conn, f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+
+
+class LockRefused(SourceError):
+    """The server has no ``Binlog_snapshot_position`` and refused ``FLUSH TABLES WITH READ LOCK``."""

@@ -1,0 +1,94 @@
+"""A table read in key ranges at once (``[snapshot] readers``), with the daemon SIGKILLed twice while its ranges
+are half read, under a write load; restarted until it streams.
+
+Each range must go on after its own checkpointed key (a range done stays done), the rows of the ranges must
+arrive interleaved (read at once, each in its own view), and the sink replayed (reads as upserts, then the
+changes in order) must equal each table's SELECT with no key read twice. MINIMAL row metadata.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.support.daemon import DaemonProcess, base_overrides, read_changes, read_checkpoint, wait_caught_up
+from tests.support.snapshots import WriteLoad, check_against_server, make_tables
+
+pytestmark = pytest.mark.server
+
+READERS = 3
+
+
+def _ranges(cp: dict | None) -> list | None:
+    return ((cp or {}).get("snapshot") or {}).get("ranges")
+
+
+def _rows(cp: dict | None) -> int:
+    return ((cp or {}).get("snapshot") or {}).get("rows", 0)
+
+
+def _kill_in_ranges(d: DaemonProcess, checkpoint, beyond: int, timeout: float = 30.0) -> list:
+    """SIGKILL ``d`` once its checkpoint shows the table in key ranges with more than ``beyond`` rows read and
+    every range under way; returns the ranges it was killed at."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cp = read_checkpoint(checkpoint)
+        ranges = _ranges(cp)
+        if ranges and _rows(cp) > beyond and all(r["last"] is not None for r in ranges) and \
+                not all(r["done"] for r in ranges):
+            d.kill()
+            return ranges
+        assert d.running, f"binlogd exited (rc={d.proc.returncode}); stderr:\n{d.stderr}"
+        assert "snapshot: done" not in d.stderr, f"the snapshot ended before the kill; stderr:\n{d.stderr}"
+        time.sleep(0.003)
+    d.kill()
+    raise AssertionError(f"no key ranges under way beyond {beyond} rows within {timeout}s; stderr:\n{d.stderr}")
+
+
+def test_sigkill_twice_while_key_ranges_are_read(mariadb_minimal, tmp_path):
+    server, db = mariadb_minimal, f"snapr_{uuid.uuid4().hex[:10]}"
+    rows = 9000
+    make_tables(server, db, rows)
+    server.sql(f"ANALYZE TABLE `{db}`.big")   # the row estimate decides the split
+    checkpoint = tmp_path / "checkpoint.json"
+    overrides = base_overrides(server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=7,
+                               snapshot__readers=READERS, filters__include_schemas=db)
+    load = WriteLoad(server, db, rows).start()
+    logs, seen = [], []
+    try:
+        beyond = 0
+        for _ in range(2):
+            d = DaemonProcess(overrides)
+            seen.append(_kill_in_ranges(d, checkpoint, beyond))
+            logs.append(d.stderr)
+            after = read_checkpoint(checkpoint)["snapshot"]
+            beyond = after["rows"]
+            for was, now in zip(seen[-1], after["ranges"]):   # each range only moved on
+                assert now["upto"] == was["upto"] and (now["done"] or not was["done"])
+        assert len(seen[0]) == READERS and seen[0][-1]["upto"] is None
+        d = DaemonProcess(overrides)
+        try:
+            d.wait_for_line(r"snapshot: resuming at table \d+ of 4 in key ranges", timeout=30)
+            d.wait_for_line(r"snapshot: done", timeout=80)
+            d.wait_streaming(timeout=30)
+            assert load.stop() > 20
+            wait_caught_up(server, checkpoint, daemon=d)
+            assert d.terminate() == 0, d.stderr
+        finally:
+            if d.running:
+                d.kill()
+        logs.append(d.stderr)
+        assert "ranges" not in (read_checkpoint(checkpoint).get("snapshot") or {})
+        changes = read_changes(tmp_path / "sink")
+        reads = check_against_server(server, db, changes)
+        assert sum(1 for k in reads if k[0] == "big") >= rows * 0.8
+        big = [c for c in changes if c["op"] == "read" and c["table"] == "big"]
+        ids = [c["after"]["id"] for c in big]
+        assert ids != sorted(ids), "the key ranges were not read at once"
+        assert len({c["source"]["pos"] for c in big}) >= 3, "big was read in fewer views than runs"
+    finally:
+        load.done.set()
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
