@@ -10,7 +10,10 @@ ARCHITECTURE.md ("Snapshots: exactly once") has the argument; in short:
   ``snapshot`` object the progress (``tables``, ``done``, ``last`` key, ``rows`` of the current table,
   ``view``: the position of the view the rows are read in);
 - after a crash the sink is back at the last chunk's commit; the snapshot goes on after the checkpointed key
-  in a new view P2 >= P1, and the stream starts at P1 once the last table is done (reads are upserts).
+  in a new view P2 >= P1, and the stream starts at P1 once the last table is done (reads are upserts);
+- a big table with a one-column integer key is read in ``[snapshot] readers`` key ranges at once, each on
+  its own connection and view (a later one than P1, as after a crash), each range's progress in the
+  checkpoint's ``ranges``.
 
 :func:`run` is the daemon's one call: it runs or resumes a snapshot when one is due and returns the state
 the session streams from.
@@ -71,8 +74,10 @@ async def run(daemon, info, endpoint: str, resume: ResumeState) -> ResumeState:
     try:
         await snapshot.run()
     finally:
-        daemon.sink.bulk(False)
-        await snapshot.close()
+        try:
+            daemon.sink.bulk(False)
+        finally:
+            await snapshot.close()
     if snapshot.instead is not None:
         p1, incremental = snapshot.instead
         by_gtid = resume.by_gtid or bool(info.gtid_mode and p1.gtid_set)
@@ -154,6 +159,7 @@ class Snapshot:
         self.state: dict = dict(resume.snapshot or {})
         self.readers: list[_Reader] = []
         self.spares: list[asyncio.Future] = []   # more readers being opened (:meth:`_open_spares`)
+        self.row_image: str | None = None        # @@binlog_row_image, once asked (:meth:`_full_images`)
         self.by_gtid = resume.by_gtid
         self.fast = daemon.cfg.sink.format == "binlogd"  # rows off the wire, straight to JSON
         self.estimates: dict[tuple[str, str], int] = {}   # information_schema's row count of each table
@@ -233,9 +239,17 @@ class Snapshot:
             raise
 
     async def _connect(self):
-        """A new connection for a reader (raw values)."""
+        """A new connection for a reader (raw values).
+
+        Raises:
+            pymysql.err.Error, OSError: it could not be had.
+        """
         conn = await admin_connection(self.daemon._source)
-        await raw_connection(conn)
+        try:
+            await raw_connection(conn)
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _open_spares(self) -> None:
@@ -263,7 +277,8 @@ class Snapshot:
         ranges = self.state.get("ranges")
         if not ranges:
             return f"after key {self.state.get('last')}"
-        return "in key ranges " + ", ".join("done" if r["done"] else f"after {r['last']}" for r in ranges)
+        return "in key ranges " + ", ".join("done" if r["done"] else f"after {r['last']}" if r["last"] else
+                                            "from the start" for r in ranges)
 
     async def _open_view(self, reader: _Reader) -> None:
         """A new consistent read view of ``reader`` (the main reader's first is P1, and the main reader's is the
@@ -359,13 +374,52 @@ class Snapshot:
         if not ranges:
             await self._range(self.readers[0], run, None)
         else:
-            while len(self.readers) < len(ranges):
-                self.readers.append(await (self.spares.pop(0) if self.spares else self._spare()))
-            await _all(self._range(reader, run, index)
-                       for index, (reader, at) in enumerate(zip(self.readers, ranges)) if not at["done"])
+            if len(info.key) != 1 or info.types[info.columns.index(info.key[0])] not in _INTS:
+                raise SourceError("misconfigured", f"snapshot: {name}'s primary key changed while it was read in "
+                                  "key ranges: its snapshot cannot go on (move the checkpoint and the sink away "
+                                  "to start over)", fatal=True)
+            readers = await self._range_readers(len(ranges))
+            await _all(self._ranges_on(reader, run, range(at, len(ranges), len(readers)))
+                       for at, reader in enumerate(readers))
         if run.gone:
             self.log.warning("snapshot: %s was dropped while it was read; its DROP is in the stream", name)
         await self._table_done(name, run.rows, time.monotonic() - run.began)
+
+    async def _full_images(self) -> bool:
+        """Whether the server logs full row images (``binlog_row_image = FULL``), which a key range read in a
+        later view needs (a row moved into it from another range after that range's view comes back whole
+        only from the update's after image); logged once when not."""
+        if self.row_image is None:
+            rows = await query(self.conn, "SELECT @@GLOBAL.binlog_row_image")
+            self.row_image = as_text(rows[0][0]).upper() if rows and rows[0][0] is not None else ""
+            if self.row_image != "FULL":
+                self.log.warning("snapshot: binlog_row_image is %s, not FULL: each table is read on one "
+                                 "connection (key ranges read at once need full row images)", self.row_image)
+        return self.row_image == "FULL"
+
+    async def _range_readers(self, n: int) -> list[_Reader]:
+        """Up to ``n`` readers for key ranges: the main one, the spares opened (or more opened now). A spare that
+        could not be had (``max_user_connections``, say) leaves fewer readers, each reading more ranges."""
+        while len(self.readers) < n:
+            if not self.spares:
+                self.spares.append(asyncio.ensure_future(self._spare()))
+            spare = self.spares[0]   # kept in spares until it is a reader: close() finds it either way
+            try:
+                reader = await spare
+            except Exception as exc:  # noqa: BLE001 (fewer readers read the ranges)
+                self.spares.remove(spare)
+                self.log.warning("snapshot: no connection for another key range reader (%s): reading with %d",
+                                 exc, len(self.readers))
+                break
+            self.spares.remove(spare)
+            self.readers.append(reader)
+        return self.readers[:n]
+
+    async def _ranges_on(self, reader: _Reader, run: _TableRun, indexes) -> None:
+        """Read the key ranges ``indexes`` that are not done yet, one after another, on ``reader``."""
+        for index in indexes:
+            if not self.state["ranges"][index]["done"]:
+                await self._range(reader, run, index)
 
     async def _ranges(self, info) -> list[dict] | None:
         """The key ranges to read ``info`` in at once, one per reader (``[snapshot] readers``), or None: one
@@ -379,7 +433,7 @@ class Snapshot:
         n = self.cfg.readers
         if (n < 2 or self.readers[0].how != "binlog_snapshot" or len(info.key) != 1
                 or info.types[info.columns.index(info.key[0])] not in _INTS
-                or info.rows_estimate < 2 * n * self.cfg.chunk_rows):
+                or info.rows_estimate < 2 * n * self.cfg.chunk_rows or not await self._full_images()):
             return None
         import pymysql
 
@@ -535,17 +589,20 @@ class Snapshot:
 
 
 async def _all(coros) -> None:
-    """Run the coroutines at once; when one raises, the others are cancelled and its exception is raised."""
+    """Run the coroutines at once; when one raises, the others are cancelled and its exception is raised (an
+    error before a stop)."""
     tasks = [asyncio.ensure_future(c) for c in coros]
+    if not tasks:
+        return
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    for task in tasks:
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()
+    errors = [task.exception() for task in tasks if not task.cancelled() and task.exception() is not None]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, _Stop)), errors[0])
 
 
 class _Stop(Exception):

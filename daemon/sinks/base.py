@@ -73,7 +73,8 @@ class Sink:
 
     def flush(self) -> dict:
         """Hand everything received so far on to storage (``write(2)``, a producer's send) and return
-        the state that covers it. Runs on the consumer between events, so it must be quick.
+        the state that covers it. Runs on the consumer between events, so it must be quick. (In a
+        :meth:`bulk` load a file sink may hand it on in a thread of its own: :meth:`sync` waits for it.)
 
         Raises:
             SinkError: nothing was handed on; the daemon retries after discarding (re-``open``).

@@ -2,10 +2,11 @@
 
 Rows of the transaction in progress are appended to the current file as they
 arrive (its uncommitted tail is the staging area, so a transaction never has
-to fit in memory). ``flush`` writes and returns ``{file, offset}``; ``sync`` fsyncs what ``begin_sync`` handed it.
-``open`` truncates the file back to the checkpointed offset and removes later
-files, so a transaction the checkpoint does not cover is written once, when it
-is read again.
+to fit in memory). ``flush`` writes and returns ``{file, offset}`` (in a bulk
+load the sink's writer thread may still be writing up to it); ``sync`` fsyncs
+what ``begin_sync`` handed it, once written. ``open`` truncates the file back
+to the checkpointed offset and removes later files, so a transaction the
+checkpoint does not cover is written once, when it is read again.
 """
 
 from __future__ import annotations
@@ -221,6 +222,7 @@ class JsonLinesSink(Sink):
         close_all(self._unsynced)
         close_all(self._syncing)
         self._ends, self._synced_ends = [], []
+        self._written = self._syncing_after = None
 
 
 def _result(job: Future, what: str) -> None:
@@ -231,5 +233,5 @@ def _result(job: Future, what: str) -> None:
     """
     try:
         job.result()
-    except OSError as exc:
-        raise SinkError(f"{what}: {exc.strerror or exc}") from exc
+    except (OSError, ValueError) as exc:   # ValueError: the file was closed under it
+        raise SinkError(f"{what}: {getattr(exc, 'strerror', None) or exc}") from exc

@@ -92,3 +92,79 @@ def test_sigkill_twice_while_key_ranges_are_read(mariadb_minimal, tmp_path):
         load.done.set()
         server.sql(f"DROP DATABASE IF EXISTS `{db}`")
 
+
+
+def test_a_reader_refused_leaves_fewer_readers(mariadb_minimal, tmp_path, monkeypatch):
+    """A key range reader's connection refused (as ``max_user_connections`` refuses it, error 1226): the ranges
+    are read by the readers there are, one warning says so, and the replay still equals the tables."""
+    import pymysql
+
+    from binlogd.daemon import snapshot
+    from binlogd.daemon.config import load_config
+    from tests.support.daemon import InProcessDaemon, captured_log, wait_until
+
+    real, calls = snapshot.Snapshot._spare, []
+
+    async def refused_once(self):
+        calls.append(1)
+        if len(calls) == 2:
+            raise pymysql.err.OperationalError(1226, "User has exceeded the 'max_user_connections' resource")
+        return await real(self)
+
+    monkeypatch.setattr(snapshot.Snapshot, "_spare", refused_once)
+    server, db = mariadb_minimal, f"snapf_{uuid.uuid4().hex[:10]}"
+    make_tables(server, db, 3000)
+    server.sql(f"ANALYZE TABLE `{db}`.big")
+    try:
+        with captured_log(f"binlogd.test.{db}") as (log, lines):
+            config = load_config(None, env={}, overrides=base_overrides(
+                server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=7, snapshot__readers=READERS,
+                filters__include_schemas=db))
+            runner = InProcessDaemon(config, log=log).start()
+            try:
+                wait_until(lambda: any("snapshot: done" in line for line in lines), timeout=60, what="snapshot done")
+                wait_caught_up(server, tmp_path / "checkpoint.json")
+            finally:
+                assert runner.stop() == 0, "\n".join(lines)
+            warned = [line for line in lines if "no connection for another key range reader" in line]
+            assert len(warned) == 1 and "max_user_connections" in warned[0] and "reading with 2" in warned[0], lines
+        changes = read_changes(tmp_path / "sink")
+        check_against_server(server, db, changes)
+        big = [c for c in changes if c["op"] == "read" and c["table"] == "big"]
+        assert len(big) == 3000
+        ids = [c["after"]["id"] for c in big]
+        assert ids != sorted(ids), "the key ranges were not read at once"
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_resume_with_every_range_done(mariadb_minimal, tmp_path):
+    """Killed between the commit of the last range's last chunk (every range done) and the table's own commit:
+    the restart marks the table done and goes on to the next one (here the checkpoint is edited to that
+    state after a SIGKILL in the ranges)."""
+    import json
+
+    server, db = mariadb_minimal, f"snapd_{uuid.uuid4().hex[:10]}"
+    make_tables(server, db, 3000)
+    server.sql(f"ANALYZE TABLE `{db}`.big")
+    checkpoint = tmp_path / "checkpoint.json"
+    overrides = base_overrides(server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=7,
+                               snapshot__readers=READERS, filters__include_schemas=db)
+    try:
+        _kill_in_ranges(DaemonProcess(overrides), checkpoint, 0)
+        cp = json.loads(checkpoint.read_text())
+        table = cp["snapshot"]["tables"][cp["snapshot"]["done"]]
+        cp["snapshot"]["ranges"] = [dict(r, done=True) for r in cp["snapshot"]["ranges"]]
+        checkpoint.write_text(json.dumps(cp))
+        d = DaemonProcess(overrides)
+        try:
+            d.wait_for_line(rf"snapshot: {db}\.{table[1]}: \d+ rows", timeout=30)
+            d.wait_for_line(r"snapshot: done", timeout=60)
+            d.wait_streaming(timeout=30)
+            assert d.terminate() == 0, d.stderr
+        finally:
+            if d.running:
+                d.kill()
+        assert [t for t in ("comp", "empty") if f"snapshot: {db}.{t}: " not in d.stderr] == [], d.stderr
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")

@@ -112,3 +112,36 @@ def test_snapshot_metrics():
     assert reg.get_sample_value("binlogd_snapshot_rows_total", {"table": "d.t"}) == 14
     assert reg.get_sample_value("binlogd_snapshot_chunks_done", {"table": "d.t"}) == 2
     assert reg.get_sample_value("binlogd_snapshot_chunks_total", {"table": "d.t"}) == 2  # never under done
+
+
+def test_all_runs_at_once_and_raises_the_first_error_before_a_stop():
+    """The key ranges' runner: nothing to run returns; the ranges run at once; an error cancels the others and
+    is raised rather than a stop raised beside it."""
+    import asyncio
+
+    from binlogd.daemon.snapshot import _all, _Stop
+
+    async def go():
+        await _all([])
+        order, cancelled = [], []
+
+        async def step(name, then=None):
+            order.append(name)
+            await asyncio.sleep(0.01)
+            if then is not None:
+                raise then
+
+        async def forever():
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        await _all([step("a"), step("b")])
+        assert order == ["a", "b"]
+        with pytest.raises(OSError):
+            await _all([step("c", _Stop()), step("d", OSError("lost")), forever()])
+        assert cancelled == [True]
+
+    asyncio.run(go())
