@@ -46,6 +46,7 @@ from binlogd.protocol.position import is_before
 from .connection import admin_connection
 from .snapshot import ER_NO_SUCH_TABLE, ER_TABLE_DEF_CHANGED, _is_server_error, _server_error
 from .snapshotrows import TableInfo, describe, raw_connection, read_chunk
+from .snapshotview import binlog_end
 
 _MISSING = object()
 _BUDGET_SECONDS = 0.5       # chunks read and written in one boundary call at most this long (a caught-up stream)
@@ -314,14 +315,16 @@ class Incremental:
             return False
         if cut is not None and is_before(*cut, *low):
             return False  # the view misses a transaction the stream passed: read again
-        high = cut if cut is not None else await self._binlog_end()
+        if cut is None:  # no view position (MySQL): the binlog's end after the SELECT is the high watermark
+            end = await binlog_end(self.conn)
+            cut = end.file, end.pos
         self.buffer = {}
         for r in raw:
             row = info.row(r)
             self.buffer[tuple(_norm(row[k]) for k in info.key)] = row
         self.chunk_last = info.last_key(raw[-1]) if raw else None
         self.chunk_full = len(raw) >= limit
-        self.high = high
+        self.high = cut
         self.watched = {self.signal, (info.schema, info.table)}
         return False
 
@@ -337,12 +340,6 @@ class Incremental:
         if status.get("binlog_snapshot_file"):
             return status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
         return None
-
-    async def _binlog_end(self) -> tuple[str, int]:
-        rows = await self._query(self.info.admin_show_status)
-        if not rows:
-            raise _server_error(OSError("the server has binary logging off"), "incremental snapshot")
-        return _text(rows[0][0]), int(rows[0][1])
 
     async def _write(self, consumer) -> None:
         """The buffered rows left as ``op: "read"`` events, committed with the state that names the chunk's last

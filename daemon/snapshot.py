@@ -32,7 +32,7 @@ from .checkpoint import ResumeState
 from .connection import SourceError, admin_connection
 from .schemaqueries import SYSTEM_SCHEMAS
 from .snapshotrows import _INTS, _quote, describe, raw_connection, read_chunk
-from .snapshotview import LockRefused, as_text, binlog_end, open_view, query, release
+from .snapshotview import LockRefused, Reader, as_text, binlog_end, open_view, query, release
 from .snapshotwire import ChunkReader
 
 ER_TABLE_DEF_CHANGED = 1412
@@ -97,28 +97,6 @@ def _server_error(exc: BaseException, doing: str) -> SourceError:
 
 
 @dataclasses.dataclass
-class _Reader:
-    """A connection of the snapshot's and its consistent read view.
-
-    Fields:
-        conn: the aiomysql connection (raw values, :func:`raw_connection`).
-        view: the view's binlog position; ts: when it opened (unix seconds); how: ``"binlog_snapshot"`` (no
-            lock) or ``"ftwrl"`` (:func:`open_view`).
-    """
-
-    conn: object
-    view: Position | None = None
-    ts: int = 0
-    how: str = ""
-
-    def source(self, server_id: int) -> dict:
-        """The ``source`` of the rows read in this view (``row`` is added per row)."""
-        view = self.view
-        return {"server_id": server_id, "file": view.file, "pos": view.pos,
-                "gtid": view.gtid_list or view.gtid_set or None, "snapshot": True}
-
-
-@dataclasses.dataclass
 class _TableRun:
     """One table's reading in this run, shared by its key ranges' readers.
 
@@ -157,7 +135,7 @@ class Snapshot:
         self.cfg = daemon.cfg.snapshot
         self.log: logging.Logger = daemon.log
         self.state: dict = dict(resume.snapshot or {})
-        self.readers: list[_Reader] = []
+        self.readers: list[Reader] = []
         self.spares: list[asyncio.Future] = []   # more readers being opened (:meth:`_open_spares`)
         self.row_image: str | None = None        # @@binlog_row_image, once asked (:meth:`_full_images`)
         self.by_gtid = resume.by_gtid
@@ -180,7 +158,7 @@ class Snapshot:
         for spare in self.spares:
             spare.cancel()
         for spare in await asyncio.gather(*self.spares, return_exceptions=True):
-            if isinstance(spare, _Reader):
+            if isinstance(spare, Reader):
                 self.readers.append(spare)
         for reader in self.readers:
             reader.conn.close()
@@ -191,7 +169,7 @@ class Snapshot:
         daemon = self.daemon
         daemon.metrics.snapshot_state(1)
         try:
-            self.readers.append(_Reader(await self._connect()))
+            self.readers.append(Reader(await self._connect()))
             new = not self.state
             try:
                 await self._open_view(self.readers[0])
@@ -258,13 +236,13 @@ class Snapshot:
         if self.readers[0].how == "binlog_snapshot":
             self.spares = [asyncio.ensure_future(self._spare()) for _ in range(self.cfg.readers - 1)]
 
-    async def _spare(self) -> _Reader:
+    async def _spare(self) -> Reader:
         """A new reader in a new view.
 
         Raises:
             pymysql.err.Error, OSError: a query failed.
         """
-        reader = _Reader(await self._connect())
+        reader = Reader(await self._connect())
         try:
             await self._open_view(reader)
         except BaseException:
@@ -280,7 +258,7 @@ class Snapshot:
         return "in key ranges " + ", ".join("done" if r["done"] else f"after {r['last']}" if r["last"] else
                                             "from the start" for r in ranges)
 
-    async def _open_view(self, reader: _Reader) -> None:
+    async def _open_view(self, reader: Reader) -> None:
         """A new consistent read view of ``reader`` (the main reader's first is P1, and the main reader's is the
         checkpoint's ``view``)."""
         reader.view, reader.how = await open_view(reader.conn, self.info.flavor)
@@ -397,7 +375,7 @@ class Snapshot:
                                  "connection (key ranges read at once need full row images)", self.row_image)
         return self.row_image == "FULL"
 
-    async def _range_readers(self, n: int) -> list[_Reader]:
+    async def _range_readers(self, n: int) -> list[Reader]:
         """Up to ``n`` readers for key ranges: the main one, the spares opened (or more opened now). A spare that
         could not be had (``max_user_connections``, say) leaves fewer readers, each reading more ranges."""
         while len(self.readers) < n:
@@ -415,7 +393,7 @@ class Snapshot:
             self.readers.append(reader)
         return self.readers[:n]
 
-    async def _ranges_on(self, reader: _Reader, run: _TableRun, indexes) -> None:
+    async def _ranges_on(self, reader: Reader, run: _TableRun, indexes) -> None:
         """Read the key ranges ``indexes`` that are not done yet, one after another, on ``reader``."""
         for index in indexes:
             if not self.state["ranges"][index]["done"]:
@@ -453,7 +431,7 @@ class Snapshot:
         return [{"last": [str(bounds[i - 1])] if i else None, "upto": [str(bounds[i])] if i < n - 1 else None,
                  "done": False} for i in range(n)]
 
-    async def _range(self, reader: _Reader, run: _TableRun, index: int | None) -> None:
+    async def _range(self, reader: Reader, run: _TableRun, index: int | None) -> None:
         """Read one key range of the table (``state["ranges"][index]``; None: the whole table after
         ``state["last"]``) on ``reader``, chunk by chunk, each committed; return when it is read (or the table is
         gone: ``run.gone``).
@@ -525,7 +503,7 @@ class Snapshot:
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
 
-    async def _fetch(self, reader: _Reader, rows: ChunkReader, after: list | None, limit: int | None,
+    async def _fetch(self, reader: Reader, rows: ChunkReader, after: list | None, limit: int | None,
                      upto: list | None) -> tuple[list, list | None]:
         """One chunk's rows on ``reader`` (row packets on the fast path, PyMySQL tuples else) and last key, then
         the chunk's metadata lock released."""
@@ -538,7 +516,7 @@ class Snapshot:
         await release(conn)
         return got
 
-    def _write(self, reader: _Reader, rows: ChunkReader, info, found) -> None:
+    def _write(self, reader: Reader, rows: ChunkReader, info, found) -> None:
         """Give the sink the change events of one chunk's rows (see :meth:`_fetch`) read in ``reader``'s view: on
         the fast path as JSON lines in one call when it takes them (``change_lines``: the JSON-lines sink, which
         writes them in its own thread in a bulk load, while the next chunk's go into the reader's other

@@ -4,10 +4,13 @@
   ``Binlog_snapshot_file/position`` (no lock); on Oracle MySQL :func:`open_view_locked` (the transaction opened
   inside ``FLUSH TABLES WITH READ LOCK``);
 - :func:`binlog_end`: the server's binlog end (``SHOW MASTER STATUS``);
-- :func:`release`: a chunk's metadata lock dropped, the view kept (``ROLLBACK TO SAVEPOINT``).
+- :func:`release`: a chunk's metadata lock dropped, the view kept (``ROLLBACK TO SAVEPOINT``);
+- :class:`Reader`: a connection and its view, as the initial snapshot reads with it.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from binlogd.protocol.position import Position
 
@@ -110,3 +113,25 @@ async def release(conn) -> None:
 
 class LockRefused(SourceError):
     """The server has no ``Binlog_snapshot_position`` and refused ``FLUSH TABLES WITH READ LOCK``."""
+
+
+@dataclasses.dataclass
+class Reader:
+    """A connection of the snapshot's and its consistent read view.
+
+    Fields:
+        conn: the aiomysql connection (raw values: :func:`binlogd.daemon.snapshotrows.raw_connection`).
+        view: the view's binlog position; ts: when it opened (unix seconds); how: ``"binlog_snapshot"`` (no
+            lock) or ``"ftwrl"`` (:func:`open_view`).
+    """
+
+    conn: object
+    view: Position | None = None
+    ts: int = 0
+    how: str = ""
+
+    def source(self, server_id: int) -> dict:
+        """The ``source`` of the rows read in this view (``row`` is added per row)."""
+        view = self.view
+        return {"server_id": server_id, "file": view.file, "pos": view.pos,
+                "gtid": view.gtid_list or view.gtid_set or None, "snapshot": True}

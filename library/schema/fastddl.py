@@ -16,7 +16,8 @@ ones). It reads the text :func:`binlogd.library.schema.sqltext.ddl_text` made, a
 gone, executable ones opened as the logging server ran them, ANSI_QUOTES identifiers backquoted. Anything
 else, or anything it is not sure of, gives None, and :func:`~binlogd.library.schema.readddl.read_ddl` falls back to
 sqlglot: any word or character it does not know, unquoted identifiers that are keywords to sqlglot, double quotes,
-escapes other than ``\'``, ``\"`` and ``\\`` in ENUM/SET values, generated columns, CHECK, partitions,
+escapes other than ``\'``, ``\"`` and ``\\`` in ENUM/SET values, generated columns, CHECK (but for a column's
+``CHECK (json_valid(column))``, which MariaDB shows for a JSON column), partitions,
 LIKE, SELECT, index options, a DEFAULT that is not a plain literal or CURRENT_TIMESTAMP, a COLLATE right
 after a DEFAULT (which sqlglot parses as part of the value; ddl.parse takes it as the column's) ...
 """
@@ -101,7 +102,7 @@ _TEXTUAL = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "long
 _CHARSET_KEYWORDS = frozenset({"BINARY"})  # charset names that are keywords and still read as names
 # What may follow a DEFAULT value (anything else, e.g. a COLLATE sqlglot parses as part of the value, falls back).
 _AFTER_DEFAULT = frozenset({",", ")", "NOT", "NULL", "AUTO_INCREMENT", "COMMENT", "PRIMARY", "UNIQUE", "ON",
-                            "INVISIBLE", "CHARACTER", "CHARSET"})
+                            "INVISIBLE", "CHARACTER", "CHARSET", "CHECK"})
 _AFTER_KEY = frozenset({",", ")", "NOT", "NULL", "AUTO_INCREMENT", "COMMENT", "DEFAULT", "INVISIBLE", "UNIQUE",
                         "PRIMARY"})
 _ROW_FORMATS = frozenset({"DEFAULT", "DYNAMIC", "FIXED", "COMPRESSED", "REDUNDANT", "COMPACT", "PAGE"})
@@ -372,6 +373,10 @@ class _Parser:
                 self.next(_STRING)
             elif self.take("DEFAULT"):
                 self.default()
+            elif self.take("CHECK", "(", "JSON_VALID", "("):   # MariaDB's JSON: LONGTEXT with this CHECK
+                if self.ident() != name:
+                    raise _No("CHECK of another column")
+                self.expect(")", ")")
             elif self.take("ON", "UPDATE"):
                 self.current_timestamp()
             elif kind in _TEXTUAL and (self.take("CHARACTER", "SET") or self.take("CHARSET")):

@@ -208,22 +208,22 @@ def test_incremental_watermarks_without_a_view_position(mariadb_minimal, tmp_pat
     position withheld and the window widened (a pause before the high watermark is read), under writes."""
     import asyncio
 
+    from binlogd.daemon import incremental
     from binlogd.daemon.config import load_config
-    from binlogd.daemon.incremental import Incremental
     from tests.support.daemon import InProcessDaemon, wait_until
 
     async def no_position(self):
         await self._query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         return None
 
-    binlog_end = Incremental._binlog_end
+    binlog_end = incremental.binlog_end
 
-    async def late_end(self):
+    async def late_end(conn):
         await asyncio.sleep(0.02)
-        return await binlog_end(self)
+        return await binlog_end(conn)
 
-    monkeypatch.setattr(Incremental, "_open_view", no_position)
-    monkeypatch.setattr(Incremental, "_binlog_end", late_end)
+    monkeypatch.setattr(incremental.Incremental, "_open_view", no_position)
+    monkeypatch.setattr(incremental, "binlog_end", late_end)
     server, db = mariadb_minimal, _db()
     make_tables(server, db, 1500)
     make_signal_table(server, db)

@@ -121,6 +121,9 @@ BENCH_TABLE = CREATE_TABLE  # the benchmark's table
     "CREATE TABLE IF NOT EXISTS t (a INT PRIMARY KEY, B INT, PRIMARY KEY (b), c INT PRIMARY KEY)",
     "CREATE TABLE t (a INT NULL NOT NULL, b INT NOT NULL NULL, c INT PRIMARY KEY NULL, d INT UNIQUE KEY INVISIBLE)",
     "CREATE TABLE t (a FLOAT(24), b FLOAT(25), c FLOAT(53), d FLOAT(7,4), e DOUBLE(10,2) ZEROFILL, f BIT, g CHAR)",
+    "CREATE TABLE `t` (\n  `id` bigint(20) NOT NULL,\n  `c_json` longtext CHARACTER SET utf8mb4 COLLATE utf8mb4_bin "
+    "DEFAULT NULL CHECK (json_valid(`c_json`)),\n  `j` longtext NOT NULL CHECK (JSON_VALID(j)),\n  PRIMARY KEY (`id`)\n"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",   # MariaDB's SHOW CREATE TABLE of JSON
 ])
 def test_plain_statements_take_the_fast_path(sql):
     assert agrees(sql)
@@ -156,6 +159,8 @@ def test_what_it_reads_is_right_on_its_own():
     "CREATE TABLE t (a MIDDLEINT, b LONG)", "CREATE TABLE t (a VARCHAR(3) CHARACTER SET = latin1)",
     "CREATE DATABASE x COMMENT 'y'", "CREATE DATABASE a.b", "CREATE TABLE t (a INT DEFAULT (1 + 1))",
     "CREATE TABLE t (a é INT)", "CREATE TABLE t (a INT) KEY_BLOCK_SIZE=8",
+    "CREATE TABLE t (a LONGTEXT CHECK (json_valid(b)), b INT)", "CREATE TABLE t (a TEXT CHECK (json_valid(a) > 0))",
+    "CREATE TABLE t (a TEXT CHECK (json_valid(a, 1)))",
 ])
 def test_anything_else_falls_back(sql):
     assert fast(sql) is None
@@ -200,7 +205,8 @@ _ATTRS = (["NULL", "NOT NULL", "DEFAULT NULL", "DEFAULT 0", "DEFAULT -1", "DEFAU
            "UNIQUE", "UNIQUE KEY", "COMMENT 'c'", "COMMENT 'it''s'", "CHARACTER SET latin1", "CHARSET utf8mb4",
            "CHARSET utf8", "CHARSET binary", "CHARSET ucs2", "COLLATE utf8mb4_bin", "COLLATE latin1_general_ci",
            "CHARSET unknownx", "COLLATE unknown_ci", "INVISIBLE", "BINARY", "DEFAULT TRUE", "DEFAULT FALSE",
-           "not null default '0'", "DEFAULT 'a''b'", "DEFAULT '\\\\'"],
+           "not null default '0'", "DEFAULT 'a''b'", "DEFAULT '\\\\'", "CHECK (json_valid(`c0`))",
+           "CHECK (JSON_VALID(c0))"],
           ["KEY", "COMMENT \"d\"", "CHARACTER SET ascii", "COLLATE binary", "CHARACTER SET = latin1",
            "CHARACTER SET 'latin1'", "ZEROFILL", "CHECK (c0 > 0)", "GENERATED ALWAYS AS (1)", "AS (1) VIRTUAL",
            "REFERENCES u (a)", "DEFAULT b'1'", "DEFAULT 1e3", "DEFAULT NOW()", "DEFAULT 0x1F", "DEFAULT _utf8'x'",
