@@ -7,7 +7,6 @@ upserts, then the changes in order) equals each table's SELECT, with no key read
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -17,9 +16,8 @@ from tests.support.daemon import (
     base_overrides,
     read_changes,
     read_checkpoint,
-    wait_caught_up,
 )
-from tests.support.snapshots import WriteLoad, check_against_server, make_tables
+from tests.support.snapshots import WriteLoad, check_against_server, finish, make_tables, stop_when
 
 pytestmark = pytest.mark.server
 
@@ -30,21 +28,12 @@ def _progress(cp: dict | None) -> tuple[int, int] | None:
     return None if snap is None else (snap["done"], snap["rows"])
 
 
-def _kill_after_progress(d: DaemonProcess, checkpoint, beyond: tuple[int, int] | None, timeout: float = 30.0,
-                         stop=DaemonProcess.kill):
-    """SIGKILL ``d`` (or ``stop(d)``) once its checkpointed snapshot progress passed ``beyond`` (and the snapshot
-    is unfinished); returns the progress it was stopped at."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        p = _progress(read_checkpoint(checkpoint))
-        if p is not None and p[0] >= 1 and p[1] > 0 and (beyond is None or p > beyond):
-            stop(d)
-            return p
-        assert d.running, f"binlogd exited (rc={d.proc.returncode}); stderr:\n{d.stderr}"
-        assert "snapshot: done" not in d.stderr, f"the snapshot ended before the kill; stderr:\n{d.stderr}"
-        time.sleep(0.005)
-    d.kill()
-    raise AssertionError(f"no snapshot progress beyond {beyond} within {timeout}s; stderr:\n{d.stderr}")
+def _beyond(at: tuple[int, int] | None):
+    """``ready`` for :func:`stop_when`: the snapshot's progress once it passed ``at`` (a table done, rows read)."""
+    def ready(cp):
+        p = _progress(cp)
+        return p if p is not None and p[0] >= 1 and p[1] > 0 and (at is None or p > at) else None
+    return ready
 
 
 def test_sigkill_twice_during_initial_snapshot(mariadb_minimal, tmp_path):
@@ -60,27 +49,17 @@ def test_sigkill_twice_during_initial_snapshot(mariadb_minimal, tmp_path):
         at = None
         for _ in range(2):
             d = DaemonProcess(overrides)
-            at = _kill_after_progress(d, checkpoint, at)
+            at = stop_when(d, checkpoint, _beyond(at), f"snapshot progress beyond {at}")
             logs.append(d.stderr)
             assert _progress(read_checkpoint(checkpoint)) >= at
             at = _progress(read_checkpoint(checkpoint))  # the dying daemon may have saved one more chunk
         d = DaemonProcess(overrides)   # then a SIGTERM in the middle: exit 0 at once, the checkpoint kept
-        _kill_after_progress(d, checkpoint, at, stop=lambda d: d.proc.terminate())
+        stop_when(d, checkpoint, _beyond(at), f"snapshot progress beyond {at}", stop=lambda d: d.proc.terminate())
         assert d.wait(20) == 0, d.stderr
         logs.append(d.stderr)
         assert _progress(read_checkpoint(checkpoint)) is not None, "a stop ended the snapshot's progress"
         d = DaemonProcess(overrides)
-        try:
-            d.wait_for_line(r"snapshot: resuming at table", timeout=30)
-            d.wait_for_line(r"snapshot: done", timeout=80)
-            d.wait_streaming(timeout=30)
-            assert load.stop() > 20
-            wait_caught_up(server, checkpoint, daemon=d)
-            rc = d.terminate()
-            assert rc == 0, d.stderr
-        finally:
-            if d.running:
-                d.kill()
+        finish(d, server, checkpoint, load, r"snapshot: resuming at table", r"snapshot: done")
         logs.append(d.stderr)
         assert sum(log.count("snapshot: resuming at table") for log in logs) == 3, "\n---\n".join(logs)
         assert sum(log.count("snapshot: read view at") for log in logs) >= 3

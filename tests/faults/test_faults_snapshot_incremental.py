@@ -7,16 +7,21 @@ changes in order) equals each table's SELECT, with no key read twice. MINIMAL ro
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from tests.integration.test_snapshot_incremental import make_signal_table, overrides, signal
-from tests.support.daemon import DaemonProcess, read_changes, read_checkpoint, wait_caught_up
-from tests.support.snapshots import WriteLoad, check_against_server, make_tables
+from tests.support.daemon import DaemonProcess, read_changes, read_checkpoint
+from tests.support.snapshots import WriteLoad, check_against_server, finish, make_tables, stop_when
 
 pytestmark = pytest.mark.server
+
+
+def _into_big(cp):
+    """``ready`` for :func:`stop_when`: the incremental state once a few chunks of big are committed."""
+    state = (cp or {}).get("incremental") or {}
+    return state if state.get("rows", 0) >= 100 and state["tables"][0][1] == "big" else None
 
 
 def test_sigkill_during_incremental_snapshot(mariadb_minimal, tmp_path):
@@ -34,17 +39,7 @@ def test_sigkill_during_incremental_snapshot(mariadb_minimal, tmp_path):
             d.wait_streaming(timeout=30)
             signal(server, db, "execute-snapshot", {"data-collections": [f"{db}.big", f"{db}.comp"],
                                                     "type": "incremental"})
-            deadline, at = time.monotonic() + 30, None
-            while time.monotonic() < deadline:  # killed once a few chunks of big are committed
-                state = (read_checkpoint(checkpoint) or {}).get("incremental") or {}
-                if state.get("rows", 0) >= 100 and state["tables"][0][1] == "big":
-                    d.kill()
-                    at = state
-                    break
-                assert d.running, d.stderr
-                assert "incremental snapshot: done" not in d.stderr, "the snapshot ended before the kill"
-                time.sleep(0.005)
-            assert at is not None, f"no incremental snapshot progress within 30s; stderr:\n{d.stderr}"
+            at = stop_when(d, checkpoint, _into_big, "incremental snapshot progress")
         finally:
             if d.running:
                 d.kill()
@@ -52,16 +47,9 @@ def test_sigkill_during_incremental_snapshot(mariadb_minimal, tmp_path):
         after_kill = read_checkpoint(checkpoint)["incremental"]
         assert after_kill["tables"][0][1] == "big" and after_kill["rows"] >= at["rows"], after_kill
         d = DaemonProcess(settings)
-        try:
-            line = d.wait_for_line(r"incremental snapshot: resuming ", timeout=30)
-            assert f"{db}.big after key [" in line, line
-            d.wait_for_line(r"incremental snapshot: done", timeout=80)
-            assert load.stop() > 20
-            wait_caught_up(server, checkpoint, daemon=d)
-            assert d.terminate() == 0, d.stderr
-        finally:
-            if d.running:
-                d.kill()
+        line = finish(d, server, checkpoint, load, r"incremental snapshot: resuming ", r"incremental snapshot: done",
+                      streaming=False)
+        assert f"{db}.big after key [" in line, line
         logs.append(d.stderr)
         assert "incremental" not in read_checkpoint(checkpoint)
         changes = read_changes(tmp_path / "sink")

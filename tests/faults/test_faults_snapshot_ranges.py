@@ -8,13 +8,12 @@ changes in order) must equal each table's SELECT with no key read twice. MINIMAL
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from tests.support.daemon import DaemonProcess, base_overrides, read_changes, read_checkpoint, wait_caught_up
-from tests.support.snapshots import WriteLoad, check_against_server, make_tables
+from tests.support.snapshots import WriteLoad, check_against_server, finish, make_tables, stop_when
 
 pytestmark = pytest.mark.server
 
@@ -29,22 +28,16 @@ def _rows(cp: dict | None) -> int:
     return ((cp or {}).get("snapshot") or {}).get("rows", 0)
 
 
-def _kill_in_ranges(d: DaemonProcess, checkpoint, beyond: int, timeout: float = 30.0) -> list:
-    """SIGKILL ``d`` once its checkpoint shows the table in key ranges with more than ``beyond`` rows read and
-    every range under way; returns the ranges it was killed at."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        cp = read_checkpoint(checkpoint)
+def _in_ranges(beyond: int):
+    """``ready`` for :func:`stop_when`: the ranges, once the table is read in key ranges with more than
+    ``beyond`` rows read and every range under way."""
+    def ready(cp):
         ranges = _ranges(cp)
         if ranges and _rows(cp) > beyond and all(r["last"] is not None for r in ranges) and \
                 not all(r["done"] for r in ranges):
-            d.kill()
             return ranges
-        assert d.running, f"binlogd exited (rc={d.proc.returncode}); stderr:\n{d.stderr}"
-        assert "snapshot: done" not in d.stderr, f"the snapshot ended before the kill; stderr:\n{d.stderr}"
-        time.sleep(0.003)
-    d.kill()
-    raise AssertionError(f"no key ranges under way beyond {beyond} rows within {timeout}s; stderr:\n{d.stderr}")
+        return None
+    return ready
 
 
 def test_sigkill_twice_while_key_ranges_are_read(mariadb_minimal, tmp_path):
@@ -61,7 +54,7 @@ def test_sigkill_twice_while_key_ranges_are_read(mariadb_minimal, tmp_path):
         beyond = 0
         for _ in range(2):
             d = DaemonProcess(overrides)
-            seen.append(_kill_in_ranges(d, checkpoint, beyond))
+            seen.append(stop_when(d, checkpoint, _in_ranges(beyond), f"key ranges under way beyond {beyond} rows"))
             logs.append(d.stderr)
             after = read_checkpoint(checkpoint)["snapshot"]
             beyond = after["rows"]
@@ -69,16 +62,7 @@ def test_sigkill_twice_while_key_ranges_are_read(mariadb_minimal, tmp_path):
                 assert now["upto"] == was["upto"] and (now["done"] or not was["done"])
         assert len(seen[0]) == READERS and seen[0][-1]["upto"] is None
         d = DaemonProcess(overrides)
-        try:
-            d.wait_for_line(r"snapshot: resuming at table \d+ of 4 in key ranges", timeout=30)
-            d.wait_for_line(r"snapshot: done", timeout=80)
-            d.wait_streaming(timeout=30)
-            assert load.stop() > 20
-            wait_caught_up(server, checkpoint, daemon=d)
-            assert d.terminate() == 0, d.stderr
-        finally:
-            if d.running:
-                d.kill()
+        finish(d, server, checkpoint, load, r"snapshot: resuming at table \d+ of 4 in key ranges", r"snapshot: done")
         logs.append(d.stderr)
         assert "ranges" not in (read_checkpoint(checkpoint).get("snapshot") or {})
         changes = read_changes(tmp_path / "sink")
@@ -151,7 +135,7 @@ def test_resume_with_every_range_done(mariadb_minimal, tmp_path):
     overrides = base_overrides(server, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=7,
                                snapshot__readers=READERS, filters__include_schemas=db)
     try:
-        _kill_in_ranges(DaemonProcess(overrides), checkpoint, 0)
+        stop_when(DaemonProcess(overrides), checkpoint, _in_ranges(0), "key ranges under way")
         cp = json.loads(checkpoint.read_text())
         table = cp["snapshot"]["tables"][cp["snapshot"]["done"]]
         cp["snapshot"]["ranges"] = [dict(r, done=True) for r in cp["snapshot"]["ranges"]]

@@ -7,16 +7,19 @@
   ``nokey``) until stopped, each its own transaction.
 - :func:`replay_upsert`: reads as upserts, then the changes in order, by primary key (a multiset for a table
   without one); counts each key's reads.
-- :func:`check_against_server`: the replay equals each table's ``SELECT``, and no key was read twice.
+- :func:`check_against_server`: the replay equals each table's ``SELECT``, and no key was read twice;
+- :func:`stop_when` and :func:`finish`: a daemon process stopped at a point of its snapshot, and the last run
+  taken to the end.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 
-from tests.support.daemon import table_rows
+from tests.support.daemon import DaemonProcess, read_checkpoint, table_rows, wait_caught_up
 
 PKS = {"big": ("id",), "comp": ("a", "b"), "empty": ("id",), "nokey": ()}
 _WORDS = ["alpha", "Beta", "gamma", "DELTA", "épsilon", "zeta", "Eta", "theta"]
@@ -181,3 +184,40 @@ def check_against_server(server, db: str, changes, tables=("big", "comp", "nokey
             got = sorted((r["x"], r["y"]) for r in state.get(table, []))
             assert got == rows, f"{table}: {len(got)} rows replayed, {len(rows)} in the table"
     return reads
+
+
+def stop_when(d: DaemonProcess, checkpoint, ready, what: str, stop=DaemonProcess.kill, timeout: float = 30.0):
+    """SIGKILL ``d`` (or ``stop(d)``) as soon as ``ready(checkpoint)`` (the checkpoint file's JSON, or None) gives
+    something true, before its snapshot is done; returns that. Fails when ``d`` exits, its snapshot ends, or
+    nothing comes within ``timeout`` seconds (``what``: what was waited for)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = ready(read_checkpoint(checkpoint))
+        if got:
+            stop(d)
+            return got
+        assert d.running, f"binlogd exited (rc={d.proc.returncode}); stderr:\n{d.stderr}"
+        assert "snapshot: done" not in d.stderr, f"the snapshot ended before the kill; stderr:\n{d.stderr}"
+        time.sleep(0.003)
+    d.kill()
+    raise AssertionError(f"no {what} within {timeout}s; stderr:\n{d.stderr}")
+
+
+def finish(d: DaemonProcess, server, checkpoint, load: WriteLoad, first: str, *then: str,
+           streaming: bool = True) -> str:
+    """Take ``d``'s run to the end: wait for log lines ``first`` then each of ``then`` (regexes), for streaming
+    (``streaming``), stop ``load`` (it must have run), wait until ``d`` is caught up, SIGTERM it (exit 0; killed
+    on a failure). Returns the line ``first`` matched."""
+    try:
+        line = d.wait_for_line(first, timeout=30)
+        for pattern in then:
+            d.wait_for_line(pattern, timeout=80)
+        if streaming:
+            d.wait_streaming(timeout=30)
+        assert load.stop() > 20
+        wait_caught_up(server, checkpoint, daemon=d)
+        assert d.terminate() == 0, d.stderr
+    finally:
+        if d.running:
+            d.kill()
+    return line
