@@ -276,7 +276,7 @@ class SnapshotConfig(_Section):
     SECTION: ClassVar[str] = "snapshot"
     mode: str = _f("never", choices=("never", "initial"))
     chunk_rows: int = _f(10000, lo=1, hi=10**7)
-    readers: int = _f(3, lo=1, hi=16)
+    readers: int = _f(4, lo=1, hi=16)
     signal_table: str = ""
 
     def _check(self) -> None:

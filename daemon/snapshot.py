@@ -22,6 +22,7 @@ the session streams from.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -138,6 +139,7 @@ class Snapshot:
         self.readers: list[Reader] = []
         self.spares: list[asyncio.Future] = []   # more readers being opened (:meth:`_open_spares`)
         self.row_image: str | None = None        # @@binlog_row_image, once asked (:meth:`_full_images`)
+        self.gtids: dict[tuple[str, int], str] = {}   # BINLOG_GTID_POS of the views' positions (open_view)
         self.by_gtid = resume.by_gtid
         self.fast = daemon.cfg.sink.format == "binlogd"  # rows off the wire, straight to JSON
         self.estimates: dict[tuple[str, str], int] = {}   # information_schema's row count of each table
@@ -261,7 +263,7 @@ class Snapshot:
     async def _open_view(self, reader: Reader) -> None:
         """A new consistent read view of ``reader`` (the main reader's first is P1, and the main reader's is the
         checkpoint's ``view``)."""
-        reader.view, reader.how = await open_view(reader.conn, self.info.flavor)
+        reader.view, reader.how = await open_view(reader.conn, self.info.flavor, self.gtids)
         reader.ts = int(time.time())
         view = reader.view
         self.log.info("snapshot: read view at %s:%d%s (%s)", view.file, view.pos,
@@ -356,9 +358,7 @@ class Snapshot:
                 raise SourceError("misconfigured", f"snapshot: {name}'s primary key changed while it was read in "
                                   "key ranges: its snapshot cannot go on (move the checkpoint and the sink away "
                                   "to start over)", fatal=True)
-            readers = await self._range_readers(len(ranges))
-            await _all(self._ranges_on(reader, run, range(at, len(ranges), len(readers)))
-                       for at, reader in enumerate(readers))
+            await self._read_ranges(run)
         if run.gone:
             self.log.warning("snapshot: %s was dropped while it was read; its DROP is in the stream", name)
         await self._table_done(name, run.rows, time.monotonic() - run.began)
@@ -375,29 +375,38 @@ class Snapshot:
                                  "connection (key ranges read at once need full row images)", self.row_image)
         return self.row_image == "FULL"
 
-    async def _range_readers(self, n: int) -> list[Reader]:
-        """Up to ``n`` readers for key ranges: the main one, the spares opened (or more opened now). A spare that
-        could not be had (``max_user_connections``, say) leaves fewer readers, each reading more ranges."""
-        while len(self.readers) < n:
-            if not self.spares:
-                self.spares.append(asyncio.ensure_future(self._spare()))
-            spare = self.spares[0]   # kept in spares until it is a reader: close() finds it either way
+    async def _read_ranges(self, run: _TableRun) -> None:
+        """Read the key ranges (``state["ranges"]``) that are not done, each by the first reader free: the main
+        reader and those of earlier tables at once, the others as their connections come (one reader per range
+        at most). A reader that cannot connect (``max_user_connections``, say) leaves the ranges to the others.
+
+        Raises:
+            as :meth:`_range`.
+        """
+        ranges = self.state["ranges"]
+        todo = collections.deque(i for i, at in enumerate(ranges) if not at["done"])
+        while len(self.readers) + len(self.spares) < len(ranges):
+            self.spares.append(asyncio.ensure_future(self._spare()))
+        waiting = self.spares[:max(0, len(ranges) - len(self.readers))]
+
+        async def read(reader: Reader) -> None:
+            while todo:
+                await self._range(reader, run, todo.popleft())
+
+        async def connect_then_read(spare: asyncio.Future) -> None:
             try:
-                reader = await spare
-            except Exception as exc:  # noqa: BLE001 (fewer readers read the ranges)
+                reader = await spare   # kept in spares until it is a reader: close() finds it either way
+            except Exception as exc:  # noqa: BLE001 (the other readers read the ranges)
                 self.spares.remove(spare)
-                self.log.warning("snapshot: no connection for another key range reader (%s): reading with %d",
-                                 exc, len(self.readers))
-                break
+                self.log.warning("snapshot: no connection for another key range reader (%s): the other readers "
+                                 "read its ranges", exc)
+                return
             self.spares.remove(spare)
             self.readers.append(reader)
-        return self.readers[:n]
+            await read(reader)
 
-    async def _ranges_on(self, reader: Reader, run: _TableRun, indexes) -> None:
-        """Read the key ranges ``indexes`` that are not done yet, one after another, on ``reader``."""
-        for index in indexes:
-            if not self.state["ranges"][index]["done"]:
-                await self._range(reader, run, index)
+        await _all([read(reader) for reader in self.readers[:len(ranges)]]
+                   + [connect_then_read(spare) for spare in waiting])
 
     async def _ranges(self, info) -> list[dict] | None:
         """The key ranges to read ``info`` in at once, one per reader (``[snapshot] readers``), or None: one

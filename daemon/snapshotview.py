@@ -31,13 +31,14 @@ def as_text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def open_view(conn, flavor: str) -> tuple[Position, str]:
+async def open_view(conn, flavor: str, gtids: dict | None = None) -> tuple[Position, str]:
     """Open a consistent read view on ``conn`` and return its binlog position and how it was taken.
 
     MariaDB and Percona: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` then ``Binlog_snapshot_file/position``
-    (and ``BINLOG_GTID_POS`` of them on MariaDB): no lock. Else (MySQL): ``FLUSH TABLES WITH READ LOCK``, the
-    transaction opened and ``SHOW MASTER STATUS`` read inside it, ``UNLOCK TABLES``. A savepoint is set, so
-    that :func:`release` can drop each chunk's metadata lock.
+    (and ``BINLOG_GTID_POS`` of them on MariaDB, which reads the binlog up to there: ``gtids`` keeps what it
+    gave for each (file, pos), so that views at the same position ask once): no lock. Else (MySQL): ``FLUSH
+    TABLES WITH READ LOCK``, the transaction opened and ``SHOW MASTER STATUS`` read inside it, ``UNLOCK
+    TABLES``. A savepoint is set, so that :func:`release` can drop each chunk's metadata lock.
 
     Returns:
         (position with its GTID set or list, ``"binlog_snapshot"`` or ``"ftwrl"``).
@@ -50,9 +51,11 @@ async def open_view(conn, flavor: str) -> tuple[Position, str]:
     status = {as_text(k).lower(): as_text(v) for k, v in await query(conn, "SHOW STATUS LIKE 'binlog_snapshot%'")}
     if status.get("binlog_snapshot_file"):
         file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-        gtid = ""
-        if flavor == "mariadb":
+        gtid = (gtids or {}).get((file, pos), "")
+        if flavor == "mariadb" and (file, pos) not in (gtids or {}):
             gtid = as_text((await query(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (file, pos)))[0][0] or "")
+            if gtids is not None:
+                gtids[file, pos] = gtid
         await query(conn, f"SAVEPOINT {_SAVEPOINT}")
         return Position(file, pos, gtid_list=gtid), "binlog_snapshot"
     await query(conn, "ROLLBACK")

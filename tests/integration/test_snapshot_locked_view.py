@@ -150,7 +150,7 @@ def test_no_lock_to_be_had_reads_the_tables_incrementally(mariadb_minimal, tmp_p
     """The server as Oracle MySQL shows itself to the snapshot (no ``Binlog_snapshot_position``: open_view goes
     straight to the locked view), and the replication account has no RELOAD, so the real server refuses FTWRL."""
 
-    async def as_mysql(conn, flavor):
+    async def as_mysql(conn, flavor, gtids=None):
         return await open_view_locked(conn), "ftwrl"
 
     monkeypatch.setattr(snapshot, "open_view", as_mysql)

@@ -20,7 +20,7 @@ from binlogd.protocol.position import Position
 def test_snapshot_config_defaults_and_checks():
     cfg = load_config(None, env={})
     assert (cfg.snapshot.mode, cfg.snapshot.chunk_rows, cfg.snapshot.readers, cfg.snapshot.signal_table) == \
-        ("never", 10000, 3, "")
+        ("never", 10000, 4, "")
     cfg = load_config(None, env={"BINLOGD_SNAPSHOT__MODE": "initial", "BINLOGD_SNAPSHOT__CHUNK_ROWS": "7",
                                  "BINLOGD_SNAPSHOT__READERS": "1", "BINLOGD_SNAPSHOT__SIGNAL_TABLE": "db.signals"})
     assert (cfg.snapshot.mode, cfg.snapshot.chunk_rows, cfg.snapshot.readers, cfg.snapshot.signal_table) == \
