@@ -35,6 +35,7 @@ from .schemaqueries import SYSTEM_SCHEMAS
 from .snapshotrows import _INTS, _quote, describe, raw_connection, read_chunk
 from .snapshotview import LockRefused, Reader, as_text, binlog_end, open_view, query, release
 from .snapshotwire import ChunkReader
+from .tasks import close_tasks
 
 ER_TABLE_DEF_CHANGED = 1412
 ER_NO_SUCH_TABLE = 1146
@@ -157,11 +158,8 @@ class Snapshot:
         return self.readers[0].view
 
     async def close(self) -> None:
-        for spare in self.spares:
-            spare.cancel()
-        for spare in await asyncio.gather(*self.spares, return_exceptions=True):
-            if isinstance(spare, Reader):
-                self.readers.append(spare)
+        ended = await close_tasks(*self.spares)
+        self.readers += [spare.result() for spare, error in zip(self.spares, ended) if error is None]
         for reader in self.readers:
             reader.conn.close()
         self.readers, self.spares = [], []
@@ -508,9 +506,7 @@ class Snapshot:
                     self.log.info("snapshot: %s: %d rows so far (%.0f rows/s), about %.0fs left", run.name,
                                   state["rows"], rate, left / rate if rate else 0.0)
         finally:
-            if pending is not None:  # the connection is mid-result: it is closed with the snapshot
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
+            await close_tasks(pending)  # a connection mid-result is closed with the snapshot
 
     async def _fetch(self, reader: Reader, rows: ChunkReader, after: list | None, limit: int | None,
                      upto: list | None) -> tuple[list, list | None]:
@@ -584,10 +580,8 @@ async def _all(coros) -> None:
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    errors = [task.exception() for task in tasks if not task.cancelled() and task.exception() is not None]
+        ended = await close_tasks(*tasks)
+    errors = [e for e in ended if e is not None and not isinstance(e, asyncio.CancelledError)]
     if errors:
         raise next((e for e in errors if not isinstance(e, _Stop)), errors[0])
 
