@@ -32,7 +32,7 @@ from binlogd.protocol.position import Position
 from .checkpoint import ResumeState
 from .connection import SourceError, admin_connection
 from .schemaqueries import SYSTEM_SCHEMAS
-from .snapshotrows import _INTS, _quote, describe, raw_connection, read_chunk
+from .snapshotrows import _quote, describe, raw_connection, read_chunk
 from .snapshotview import LockRefused, Reader, as_text, binlog_end, open_view, query, release
 from .snapshotwire import ChunkReader
 from .tasks import close_tasks
@@ -352,7 +352,7 @@ class Snapshot:
         if not ranges:
             await self._range(self.readers[0], run, None)
         else:
-            if len(info.key) != 1 or info.types[info.columns.index(info.key[0])] not in _INTS:
+            if not info.integer_key:
                 raise SourceError("misconfigured", f"snapshot: {name}'s primary key changed while it was read in "
                                   "key ranges: its snapshot cannot go on (move the checkpoint and the sink away "
                                   "to start over)", fatal=True)
@@ -416,8 +416,7 @@ class Snapshot:
             pymysql.err.Error, OSError: the query failed (but for a changed or dropped table: None).
         """
         n = self.cfg.readers
-        if (n < 2 or self.readers[0].how != "binlog_snapshot" or len(info.key) != 1
-                or info.types[info.columns.index(info.key[0])] not in _INTS
+        if (n < 2 or self.readers[0].how != "binlog_snapshot" or not info.integer_key
                 or info.rows_estimate < 2 * n * self.cfg.chunk_rows or not await self._full_images()):
             return None
         import pymysql
@@ -562,8 +561,8 @@ class Snapshot:
         committer = self.daemon.committer
         p1 = Position.from_dict(self.state["position"])
         snapshot = None if state is None else dict(state)
-        if snapshot is not None and "ranges" in snapshot:
-            snapshot["ranges"] = [dict(r) for r in snapshot["ranges"]]
+        if snapshot is not None and "ranges" in snapshot:  # its entries are replaced, never changed
+            snapshot["ranges"] = list(snapshot["ranges"])
         resume = ResumeState(p1, self.state.get("by_gtid", self.by_gtid), None, self.resume.source, None, snapshot)
         token = committer.flush(resume)
         committer.sync(token)

@@ -103,6 +103,11 @@ class TableInfo:
         """``schema.table``."""
         return f"{self.schema}.{self.table}"
 
+    @property
+    def integer_key(self) -> bool:
+        """Whether the primary key is one integer column (what key ranges split)."""
+        return len(self.key) == 1 and self.types[self._key_at[0]] in _INTS
+
     def row(self, raw: tuple) -> dict:
         """One text-protocol row as ``{column: value}`` in README's JSON forms (bytes stay bytes: base64 later)."""
         return {name: (value if conv is None or value is None else conv(value))

@@ -57,8 +57,7 @@ class JsonLinesSink(Sink):
         self._ends: list[int] = []      # the offset each of those was flushed to (consumer only)
         self._syncing: list[int] = []   # handed over by begin_sync(): what sync() fsyncs and closes (worker only)
         self._synced_ends: list[int] = []  # handed over with them in a bulk load, else []
-        self._bulk = False
-        self._writer: ThreadPoolExecutor | None = None  # the bulk load's writes (one thread, in order)
+        self._writer: ThreadPoolExecutor | None = None  # in a bulk load: its writes (one thread, in order)
         self._writing: Future | None = None   # the write in that thread, until a call on the consumer waits for it
         self._written: Future | None = None   # the last write flush() covered: what the next sync waits for
         self._syncing_after: Future | None = None  # handed over by begin_sync(): what sync() waits for first
@@ -181,7 +180,6 @@ class JsonLinesSink(Sink):
         return {"file": self._path(self._index).name, "offset": offset}
 
     def bulk(self, on: bool) -> None:
-        self._bulk = on
         if on and self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="jsonl-writer")
         elif not on and self._writer is not None:
@@ -193,7 +191,7 @@ class JsonLinesSink(Sink):
 
     def begin_sync(self) -> None:
         self._syncing, self._unsynced = self._unsynced, []
-        self._synced_ends, self._ends = (self._ends if self._bulk else []), []
+        self._synced_ends, self._ends = (self._ends if self._writer is not None else []), []
         self._syncing_after, self._written = self._written, None
 
     def sync(self) -> None:

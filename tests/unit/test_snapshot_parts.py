@@ -62,6 +62,7 @@ def test_keyset_sql_composite_key():
     keyless = TableInfo("d", "n", ("x", "f"), ("int", "float"))
     assert keyless.chunk_sql(None, None, _escape) == "SELECT `x`, (`f` + 0e0) FROM `d`.`n`"
     ranged = TableInfo("d", "r", ("id", "v"), ("bigint", "int"), ("id",))
+    assert ranged.integer_key and not info.integer_key and not TableInfo("d", "v", ("k",), ("varchar",), ("k",)).integer_key
     assert ranged.chunk_sql(["10"], 5, _escape, upto=["20"]) == ("SELECT `id`, `v` FROM `d`.`r` WHERE `id` >= 10 AND "
                                                                  "((`id` > 10)) AND `id` <= 20 ORDER BY `id` LIMIT 5")
     assert ranged.chunk_sql(None, 5, _escape, upto=["-3"]).endswith("WHERE `id` <= -3 ORDER BY `id` LIMIT 5")
