@@ -528,7 +528,7 @@ class Snapshot:
         source, ts, sink = reader.source(self.info.server_id), reader.ts, self.daemon.sink
         if self.fast:
             take = getattr(sink, "change_lines", None)
-            if take is not None and take(rows.lines_kept(found, source, ts, self.state["rows"])):
+            if take is not None and take(rows.lines(found, source, ts, self.state["rows"])):
                 return
             changes = rows.changes(found, source, ts, self.state["rows"])
         else:

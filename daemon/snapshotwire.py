@@ -408,7 +408,7 @@ class ChunkReader:
         self.plan = plan(info)
         self._key_at = [info.columns.index(k) for k in info.key]
         self._buffers = [bytearray(), bytearray()]   # used in turn: a chunk's rows stay while the next is read
-        self._outs = [bytearray(), bytearray()]      # lines_kept's output, used in turn
+        self._outs = [bytearray(), bytearray()]      # lines' output, used in turn
 
     async def fetch(self, conn, after: list | None, limit: int | None,
                     upto: list | None = None) -> tuple[ResultRows, list | None]:
@@ -429,14 +429,11 @@ class ChunkReader:
             last = _key(info, [values[i] for i in self._key_at])
         return result, last
 
-    def lines(self, result: ResultRows, source: dict, ts: int, first: int) -> bytes:
+    def lines(self, result: ResultRows, source: dict, ts: int, first: int) -> memoryview:
         """The rows of :meth:`fetch` as the JSON lines (each ending in a newline) that a sink in the "binlogd"
-        format writes for the change dicts of :meth:`changes`: the same bytes."""
-        return textrows.lines(result.buf, result.start, result.end, self.plan, *self._envelope(source, ts), first)
-
-    def lines_kept(self, result: ResultRows, source: dict, ts: int, first: int) -> memoryview:
-        """:meth:`lines` written into memory kept from chunk to chunk, two buffers in turn: a view of them, whose
-        bytes stay as they are until the second call after this one (a sink may still write them meanwhile).
+        format writes for the change dicts of :meth:`changes` (the same bytes), written into memory kept from
+        chunk to chunk, two buffers in turn: a view of them, whose bytes stay as they are until the second call
+        after this one (a sink may still write them meanwhile).
 
         Raises:
             BufferError: a view of the buffer these lines go into is still held (not released since the call

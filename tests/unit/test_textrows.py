@@ -218,7 +218,9 @@ def test_change_lines_equal_the_sinks_dumps_of_the_change_dicts():
     reader = ChunkReader(info)
     changes = reader.changes(result, source, 1700000000, 123)
     want = b"".join(dumps(c) + b"\n" for c in changes)
-    assert reader.lines(result, source, 1700000000, 123) == want
+    kept = [reader.lines(result, source, 1700000000, 123) for _ in range(3)]
+    assert all(lines == want for lines in kept)
+    assert kept[0].obj is kept[2].obj and kept[1].obj is not kept[0].obj   # two buffers in turn
     assert [orjson.loads(line)["after"] for line in want.split(b"\n")[:-1]] == \
         [orjson.loads(after_encoder(info)(r)) for r in rows]
     assert orjson.loads(want.split(b"\n")[0])["source"] == {**source, "row": 123}
