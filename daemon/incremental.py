@@ -46,7 +46,7 @@ from binlogd.protocol.position import is_before
 from .connection import admin_connection
 from .snapshot import ER_NO_SUCH_TABLE, ER_TABLE_DEF_CHANGED, _is_server_error, _server_error
 from .snapshotrows import TableInfo, describe, raw_connection, read_chunk
-from .snapshotview import binlog_end
+from .snapshotview import binlog_end, consistent_snapshot, query
 
 _MISSING = object()
 _BUDGET_SECONDS = 0.5       # chunks read and written in one boundary call at most this long (a caught-up stream)
@@ -293,12 +293,12 @@ class Incremental:
             return True
         limit, low = self.cfg.snapshot.chunk_rows, (tracker.file, tracker.pos)
         try:
-            cut = await self._open_view()
+            cut = await consistent_snapshot(self.conn)
             try:
                 raw = await read_chunk(self.conn, info, self.state["last"], limit)
                 now = await describe(self.conn, info.schema, info.table)
             finally:
-                await self._query("COMMIT")
+                await query(self.conn, "COMMIT")
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args else 0
             if code == ER_TABLE_DEF_CHANGED:  # altered since the view opened: read again in a new one
@@ -327,19 +327,6 @@ class Incremental:
         self.high = cut
         self.watched = {self.signal, (info.schema, info.table)}
         return False
-
-    async def _query(self, sql: str) -> list:
-        async with self.conn.cursor() as cur:
-            await cur.execute(sql)
-            return list(await cur.fetchall() or ())
-
-    async def _open_view(self) -> tuple[str, int] | None:
-        """``START TRANSACTION WITH CONSISTENT SNAPSHOT``; its binlog position when the server tells it."""
-        await self._query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        status = {_text(k).lower(): _text(v) for k, v in await self._query("SHOW STATUS LIKE 'binlog_snapshot%'")}
-        if status.get("binlog_snapshot_file"):
-            return status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-        return None
 
     async def _write(self, consumer) -> None:
         """The buffered rows left as ``op: "read"`` events, committed with the state that names the chunk's last

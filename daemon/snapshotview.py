@@ -3,6 +3,8 @@
 - :func:`open_view`: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and, on MariaDB and Percona,
   ``Binlog_snapshot_file/position`` (no lock); on Oracle MySQL :func:`open_view_locked` (the transaction opened
   inside ``FLUSH TABLES WITH READ LOCK``);
+- :func:`consistent_snapshot`: the transaction and, where the server tells it, its binlog position (the
+  incremental snapshot's low-level view too);
 - :func:`binlog_end`: the server's binlog end (``SHOW MASTER STATUS``);
 - :func:`release`: a chunk's metadata lock dropped, the view kept (``ROLLBACK TO SAVEPOINT``);
 - :class:`Reader`: a connection and its view, as the initial snapshot reads with it.
@@ -47,10 +49,9 @@ async def open_view(conn, flavor: str, gtids: dict | None = None) -> tuple[Posit
         pymysql.err.Error, OSError: another query failed.
     """
     await query(conn, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    await query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-    status = {as_text(k).lower(): as_text(v) for k, v in await query(conn, "SHOW STATUS LIKE 'binlog_snapshot%'")}
-    if status.get("binlog_snapshot_file"):
-        file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+    at = await consistent_snapshot(conn)
+    if at is not None:
+        file, pos = at
         gtid = (gtids or {}).get((file, pos), "")
         if flavor == "mariadb" and (file, pos) not in (gtids or {}):
             gtid = as_text((await query(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (file, pos)))[0][0] or "")
@@ -60,6 +61,20 @@ async def open_view(conn, flavor: str, gtids: dict | None = None) -> tuple[Posit
         return Position(file, pos, gtid_list=gtid), "binlog_snapshot"
     await query(conn, "ROLLBACK")
     return await open_view_locked(conn), "ftwrl"
+
+
+async def consistent_snapshot(conn) -> tuple[str, int] | None:
+    """``START TRANSACTION WITH CONSISTENT SNAPSHOT`` on ``conn``; the binlog (file, pos) its view sees the log up
+    to, where the server tells it (``Binlog_snapshot_file/position``: MariaDB, Percona), else None.
+
+    Raises:
+        pymysql.err.Error, OSError: a query failed.
+    """
+    await query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    status = {as_text(k).lower(): as_text(v) for k, v in await query(conn, "SHOW STATUS LIKE 'binlog_snapshot%'")}
+    if status.get("binlog_snapshot_file"):
+        return status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+    return None
 
 
 async def open_view_locked(conn) -> Position:

@@ -210,10 +210,11 @@ def test_incremental_watermarks_without_a_view_position(mariadb_minimal, tmp_pat
 
     from binlogd.daemon import incremental
     from binlogd.daemon.config import load_config
+    from binlogd.daemon.snapshotview import query
     from tests.support.daemon import InProcessDaemon, wait_until
 
-    async def no_position(self):
-        await self._query("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    async def no_position(conn):
+        await query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
         return None
 
     binlog_end = incremental.binlog_end
@@ -222,7 +223,7 @@ def test_incremental_watermarks_without_a_view_position(mariadb_minimal, tmp_pat
         await asyncio.sleep(0.02)
         return await binlog_end(conn)
 
-    monkeypatch.setattr(incremental.Incremental, "_open_view", no_position)
+    monkeypatch.setattr(incremental, "consistent_snapshot", no_position)
     monkeypatch.setattr(incremental, "binlog_end", late_end)
     server, db = mariadb_minimal, _db()
     make_tables(server, db, 1500)
