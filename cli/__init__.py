@@ -143,8 +143,6 @@ def cmd_dump(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import asyncio
-
     from binlogd.daemon.config import ConfigError, load_config
     from binlogd.daemon.logs import setup_logging
     from binlogd.daemon.service import EXIT_CONFIG, Daemon
@@ -167,9 +165,9 @@ def cmd_run(args) -> int:
     if "source.password" in (key.strip().lower() for key in overrides):
         log.warning("source.password was given with --set: other users can read it in the process list; "
                     "use source.password_file or BINLOGD_SOURCE__PASSWORD")
-    from binlogd.cli.signals import run_with_signals
+    from binlogd.cli.signals import run_loop, run_with_signals
 
-    return asyncio.run(run_with_signals(Daemon(config, log), log))
+    return run_loop(lambda: run_with_signals(Daemon(config, log), log))
 
 
 def _say_missing_fast_paths(say) -> None:

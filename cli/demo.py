@@ -24,9 +24,9 @@ from binlogd.daemon.logs import setup_logging
 from binlogd.daemon.service import Daemon
 from binlogd.daemon.sinks.stdout import StdoutSink
 
-from .localserver import LocalServer, free_port, signals_held, terminate_exits
+from .localserver import LocalServer, free_port, terminate_exits
 from .serverbins import ServerSetupError
-from .signals import run_with_signals
+from .signals import run_loop, run_with_signals, signals_held
 
 _SCHEMA = ("CREATE TABLE demo.orders (id INT PRIMARY KEY AUTO_INCREMENT, customer VARCHAR(40), "
            "amount DECIMAL(10,2), placed DATETIME(3), note JSON, status ENUM('new','paid','shipped'))")
@@ -124,7 +124,7 @@ async def _main(args, server: LocalServer, workdir: str) -> int:
         daemon.stop()
         rc = await runner
     finally:
-        # Also on the way out of a second Ctrl-C (the daemon raises SystemExit): asyncio.run waits
+        # Also on the way out of a second Ctrl-C (the daemon raises SystemExit): the runner waits
         # for the writer's thread before returning, so it must see ``stop`` or the demo hangs.
         stop.set()
     log.info("demo: wrote %d transactions; the daemon exited with %d", written, rc)
@@ -150,7 +150,7 @@ def run_demo(args) -> int:
         try:
             server.sql("CREATE DATABASE demo")
             server.sql(_SCHEMA)
-            return asyncio.run(_main(args, server, workdir.name))
+            return run_loop(lambda: _main(args, server, workdir.name))
         except KeyboardInterrupt:
             return 0
     finally:

@@ -25,7 +25,6 @@ turn SIGTERM into an exit (:func:`terminate_exits`) so that this happens on SIGT
 from __future__ import annotations
 
 import atexit
-import contextlib
 import fcntl
 import hashlib
 import os
@@ -36,11 +35,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from binlogd.cli._children import forget, spawn
 from binlogd.cli.serverbins import ServerBinaries, ServerSetupError, require_binaries
+from binlogd.cli.signals import signals_held
 
 __all__ = ["LocalServer", "free_port", "signals_held", "terminate_exits"]
 
@@ -78,18 +78,6 @@ _SETUP_SQL = (
     f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{REPL_USER}'@'127.0.0.1'",
     "FLUSH PRIVILEGES",
 )
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back (blocked) inside the block and delivered when it ends: for steps that
-    must not be cut in two, such as creating a temp dir and registering it, or removing it."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def terminate_exits() -> None:

@@ -4,15 +4,47 @@
   within ``daemon.shutdown_seconds``); a second one exits at once with 128 + the signal's number.
 - SIGHUP: logged and ignored (binlogd reloads nothing).
 
-The handlers are removed when the daemon has ended.
+The handlers are removed when the daemon has ended. :func:`run_loop` runs the daemon's coroutine on a loop that
+no Ctrl-C finds half made; :func:`signals_held` holds SIGINT and SIGTERM back for such steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable, Coroutine, Iterator
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (blocked) inside the block and delivered when it ends: for steps that
+    must not be cut in two, such as creating a temp dir and registering it, or removing it."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def run_loop(main: Callable[[], Coroutine]):
+    """``asyncio.run(main())``, the event loop made whole first with the signals held: a Ctrl-C that comes
+    while it is made lands once it is (in the runner, which closes it), never in a half-made loop, whose
+    cleanup prints a traceback. Returns what ``main()`` returns.
+
+    Raises:
+        KeyboardInterrupt: a Ctrl-C before ``main()`` ran (it is then never called).
+    """
+    runner = asyncio.Runner()
+    try:
+        with signals_held():
+            runner.get_loop()
+        return runner.run(main())
+    finally:
+        runner.close()
 
 
 async def run_with_signals(daemon, log: logging.Logger) -> int:
