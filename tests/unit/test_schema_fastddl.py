@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from functools import lru_cache
+from importlib.metadata import version
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -169,13 +170,27 @@ def test_anything_else_falls_back(sql):
 
 def test_the_reserved_words_cover_sqlglots_keywords():
     """An unquoted identifier that sqlglot reads as a keyword, constraint or property is left to sqlglot: the
-    list in fastddl must hold every such word of the sqlglot installed."""
+    list in fastddl must hold every such word of the sqlglot installed (the version constraints.txt pins: the
+    next test)."""
     parser, words = ddl._Dialect.Parser, set()
     for table in (ddl._Dialect.Tokenizer.KEYWORDS, parser.CONSTRAINT_PARSERS, parser.PROPERTY_PARSERS,
                   parser.SCHEMA_UNNAMED_CONSTRAINTS, parser.NO_PAREN_FUNCTION_PARSERS):
         words |= {w.upper() for key in table if isinstance(key, str) for w in key.split()
                   if w.replace("_", "").isalnum()}
     assert words <= fastddl._RESERVED, sorted(words - fastddl._RESERVED)
+    for word in ("release", "savepoint", "Savepoint"):  # sqlglot 30.31's commands: never a column name here
+        assert fast(f"CREATE TABLE t (id INT, {word} INT)") is None
+        assert fast(f"CREATE TABLE t (id INT, `{word}` INT)") is not None
+
+
+def test_the_reserved_words_are_checked_against_the_pinned_sqlglot():
+    """The test above compares with the sqlglot installed: it is the one constraints.txt pins, so a new sqlglot
+    release changes nothing until the pin (and this list) change together."""
+    pins = dict(line.split("==", 1) for line in (REPO / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert pins.get("sqlglot") == version("sqlglot"), (
+        f"sqlglot {version('sqlglot')} is installed, constraints.txt pins {pins.get('sqlglot')}: "
+        "run ./scripts/test, which installs the pinned versions")
 
 
 # ------------------------------------------------------------------ generated statements
