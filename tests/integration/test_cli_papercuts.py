@@ -6,7 +6,7 @@
   ``dump --start-position`` at a non-boundary: a usage error naming the nearest boundaries.
 
 The demo through a closed pipe is in test_demo.py; temp dirs on Ctrl-C and SIGTERM in
-test_cli_process_safety.py and test_localserver.py; the quick setup (scripts/_setup.sh's stamp) at the end.
+test_cli_process_safety.py and test_localserver.py; scripts/_setup.sh in test_setup_script.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -277,88 +276,3 @@ def test_checkpoint_through_a_symlink_replaces_its_target(mariadb, fresh_db, tmp
     assert sorted(os.listdir(volume)) == ["cp.json"], "the temp file is made beside the target, then renamed"
     assert "Traceback" not in d.stderr
 
-
-# ------------------------------------------------------------------ setup: quick when nothing changed
-
-FAKE_PIP = """#!/bin/sh
-echo "$* REQUIRE_C=$BINLOGD_REQUIRE_C" >> "$PIP_CALLS"
-echo "WARNING: Location 'file:///opt/wheels/' is ignored: it is either a non-existing path or lacks a specific scheme."
-echo "WARNING: a warning pip printed"
-exit "${FAKE_PIP_RC:-0}"
-"""
-
-
-@pytest.fixture
-def setup_copy(tmp_path):
-    """A copy of what scripts/_setup.sh reads (the script, pyproject.toml, setup.py, the C sources) with a
-    .venv whose pip is a fake that records its calls; the machine's server counts as present."""
-    root = tmp_path / "repo"
-    (root / "scripts").mkdir(parents=True)
-    (root / "scripts" / "_setup.sh").write_bytes((REPO / "scripts" / "_setup.sh").read_bytes())
-    for name in ("pyproject.toml", "setup.py"):
-        (root / name).write_bytes((REPO / name).read_bytes())
-    for folder in ("protocol", "library"):
-        (root / folder).mkdir()
-        for source in [*(REPO / folder).glob("*.c"), *(REPO / folder).glob("*.h")]:
-            (root / folder / source.name).write_bytes(source.read_bytes())
-    (root / ".venv" / "bin").mkdir(parents=True)
-    os.symlink(sys.executable, root / ".venv" / "bin" / "python")
-    pip = tmp_path / "pip"
-    pip.write_text(FAKE_PIP)
-    pip.chmod(0o755)
-    return root, {**os.environ, "BINLOGD_PIP": str(pip), "PIP_CALLS": str(tmp_path / "calls"),
-                  "BINLOGD_MYSQLD": "/bin/true"}
-
-
-def _setup(root, env, **extra) -> tuple[subprocess.CompletedProcess, float, list[str]]:
-    """Source scripts/_setup.sh as scripts/test does; (the run, its seconds, pip's calls so far)."""
-    import time
-
-    t0 = time.monotonic()
-    run = subprocess.run(["bash", "-c", "set -euo pipefail; source scripts/_setup.sh; pwd"], cwd=root,
-                         capture_output=True, text=True, timeout=120, env={**env, **extra})
-    calls = Path(env["PIP_CALLS"])
-    return run, time.monotonic() - t0, calls.read_text().splitlines() if calls.exists() else []
-
-
-def test_setup_installs_once_then_skips_pip_until_something_changes(setup_copy):
-    root, env = setup_copy
-    first, _, calls = _setup(root, env)
-    assert first.returncode == 0, first.stderr
-    assert calls == ["install -q --disable-pip-version-check -e .[daemon,test,spark,bus] REQUIRE_C=1"]
-    assert "WARNING: a warning pip printed" in first.stderr  # pip's warnings are shown ...
-    assert "Location" not in first.stderr  # ... but not the noise about ignored locations
-    assert first.stdout.strip() == str(root)
-
-    second, seconds, calls = _setup(root, env)
-    assert second.returncode == 0 and len(calls) == 1, second.stderr
-    assert second.stderr == "" and seconds < 3, (seconds, second.stderr)
-
-    with open(root / "library" / "_jsonrows.c", "a") as fh:  # a C source changed: install again
-        fh.write("/* changed */\n")
-    third, _, calls = _setup(root, env)
-    assert third.returncode == 0 and len(calls) == 2
-    fourth, _, calls = _setup(root, env)
-    assert len(calls) == 2
-    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# changed\n")
-    _setup(root, env)
-    assert len(_setup(root, env)[2]) == 3
-
-
-def test_setup_fails_when_pip_fails_and_tries_again(setup_copy):
-    root, env = setup_copy
-    failed, _, calls = _setup(root, env, FAKE_PIP_RC="1")
-    assert failed.returncode == 1 and len(calls) == 1
-    assert "WARNING: a warning pip printed" in failed.stderr and "failed" in failed.stderr.splitlines()[-1]
-    assert not (root / ".venv" / ".binlogd-setup-stamp").exists()
-    again, _, calls = _setup(root, env)
-    assert again.returncode == 0 and len(calls) == 2
-
-
-def test_demo_script_fetches_no_mariadb_and_test_script_does():
-    demo = (REPO / "scripts" / "demo").read_text()
-    test = (REPO / "scripts" / "test").read_text()
-    setup = (REPO / "scripts" / "_setup.sh").read_text()
-    top = setup.split("setup_test_servers()", 1)[0]
-    assert "fetch-mariadb" not in top and "install-brokers" not in top  # not for the demo
-    assert "setup_test_servers" not in demo and "setup_test_servers\n" in test
