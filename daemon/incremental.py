@@ -298,7 +298,7 @@ class Incremental:
                 raw = await read_chunk(self.conn, info, self.state["last"], limit)
                 now = await describe(self.conn, info.schema, info.table)
             finally:
-                await query(self.conn, "COMMIT")
+                await query(self.conn, "ROLLBACK")
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args else 0
             if code == ER_TABLE_DEF_CHANGED:  # altered since the view opened: read again in a new one

@@ -206,7 +206,7 @@ class Snapshot:
             daemon.metrics.snapshot_state(2)
             for reader in self.readers:
                 try:
-                    await query(reader.conn, "COMMIT")
+                    await query(reader.conn, "ROLLBACK")  # a COMMIT would log the savepoint
                 except Exception:  # noqa: BLE001 (the view is no longer needed; the connection closes anyway)
                     pass
         except SourceError:

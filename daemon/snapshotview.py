@@ -7,7 +7,13 @@
   incremental snapshot's low-level view too);
 - :func:`binlog_end`: the server's binlog end (``SHOW MASTER STATUS``);
 - :func:`release`: a chunk's metadata lock dropped, the view kept (``ROLLBACK TO SAVEPOINT``);
+- :func:`end_view`: the view ended (``ROLLBACK``);
 - :class:`Reader`: a connection and its view, as the initial snapshot reads with it.
+
+Nothing here writes to the source's binary log. A view is a ``READ ONLY`` transaction (the server refuses any
+write in it) and ends with ``ROLLBACK``, never ``COMMIT``: its ``SAVEPOINT`` sits in the transaction's binlog
+cache, and a ``COMMIT`` logs it as a transaction of its own (MariaDB: a new GTID; with ``read_only=ON`` the
+``COMMIT`` is refused). ``FLUSH TABLES WITH READ LOCK`` and ``UNLOCK TABLES`` are not logged.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from binlogd.protocol.position import Position
 from .connection import SourceError
 
 _SAVEPOINT = "binlogd_snapshot"
+_START = "START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT"
 
 
 async def query(conn, sql: str, args=None) -> list[tuple]:
@@ -59,18 +66,19 @@ async def open_view(conn, flavor: str, gtids: dict | None = None) -> tuple[Posit
                 gtids[file, pos] = gtid
         await query(conn, f"SAVEPOINT {_SAVEPOINT}")
         return Position(file, pos, gtid_list=gtid), "binlog_snapshot"
-    await query(conn, "ROLLBACK")
+    await end_view(conn)
     return await open_view_locked(conn), "ftwrl"
 
 
 async def consistent_snapshot(conn) -> tuple[str, int] | None:
-    """``START TRANSACTION WITH CONSISTENT SNAPSHOT`` on ``conn``; the binlog (file, pos) its view sees the log up
-    to, where the server tells it (``Binlog_snapshot_file/position``: MariaDB, Percona), else None.
+    """``START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT`` on ``conn`` (ended by :func:`end_view`); the binlog
+    (file, pos) its view sees the log up to, where the server tells it (``Binlog_snapshot_file/position``:
+    MariaDB, Percona), else None.
 
     Raises:
         pymysql.err.Error, OSError: a query failed.
     """
-    await query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    await query(conn, _START)
     status = {as_text(k).lower(): as_text(v) for k, v in await query(conn, "SHOW STATUS LIKE 'binlog_snapshot%'")}
     if status.get("binlog_snapshot_file"):
         return status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
@@ -95,7 +103,7 @@ async def open_view_locked(conn) -> Position:
         raise LockRefused("misconfigured", f"snapshot: FLUSH TABLES WITH READ LOCK refused ({exc.args[-1]})",
                           fatal=True) from None
     try:
-        await query(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        await query(conn, _START)
         position = await binlog_end(conn)
     finally:
         await query(conn, "UNLOCK TABLES")
@@ -127,6 +135,16 @@ async def binlog_end(conn) -> Position:
 async def release(conn) -> None:
     """Drop the metadata locks of the chunks read since the view opened (the view stays)."""
     await query(conn, f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+
+
+async def end_view(conn) -> None:
+    """End the view's transaction with ``ROLLBACK`` (a ``COMMIT`` would log its savepoint: see the module's
+    docstring).
+
+    Raises:
+        pymysql.err.Error, OSError: the connection failed.
+    """
+    await query(conn, "ROLLBACK")
 
 
 class LockRefused(SourceError):
