@@ -75,28 +75,32 @@ class ServerBinaries:
 
     @classmethod
     def from_root(cls, root: Path) -> ServerBinaries:
-        """A MariaDB server unpacked with ``dpkg -x`` into ``root``, run through the root's glibc loader.
+        """A MariaDB or MySQL server unpacked with ``dpkg -x`` into ``root``, run through the root's glibc loader.
 
-        ``root`` holds ``usr/sbin/mariadbd``, ``usr/bin/mariadb-install-db``, the client and the
-        shared libraries it needs, glibc included. mariadb-install-db runs the programs it finds under
-        its ``--basedir``; ``root/binlogd-wrappers`` holds small scripts there that run each through
-        the loader (written on first use).
+        ``root`` holds ``usr/sbin/mariadbd`` (MariaDB: with ``usr/bin/mariadb-install-db``) or ``usr/sbin/mysqld``
+        (MySQL: initialised by ``mysqld --initialize-insecure``), the client and the shared libraries they need,
+        glibc included. mariadb-install-db runs the programs it finds under its ``--basedir``;
+        ``root/binlogd-wrappers`` holds small scripts there that run each through the loader (written on first use).
 
         Raises:
-            ServerNotFound: no mariadbd or glibc loader under ``root``, or the server does not run.
+            ServerNotFound: no server or glibc loader under ``root``, or the server does not run.
         """
         root = Path(root).resolve()
         loaders = sorted(root.glob("usr/lib/*-linux-gnu/ld-linux*.so.*"))
-        server = root / "usr/sbin/mariadbd"
-        if not loaders or not server.exists():
-            raise ServerNotFound(f"{root} holds no unpacked MariaDB server (usr/sbin/mariadbd and "
-                                 "usr/lib/<triplet>/ld-linux*.so.* are needed)")
+        mariadbd, mysqld = root / "usr/sbin/mariadbd", root / "usr/sbin/mysqld"
+        if not loaders or not (mariadbd.exists() or mysqld.exists()):
+            raise ServerNotFound(f"{root} holds no unpacked MariaDB or MySQL server (usr/sbin/mariadbd or "
+                                 "usr/sbin/mysqld, and usr/lib/<triplet>/ld-linux*.so.* are needed)")
         triplet = loaders[0].parent.name
         libs = f"{root}/usr/lib/{triplet}:{root}/lib/{triplet}"
         loader = [str(loaders[0]), "--library-path", libs]
+        if not mariadbd.exists():
+            return cls(mysqld, root / "usr/bin/mysql", None, loader=loader, server_args=[
+                f"--basedir={root / 'usr'}", f"--lc-messages-dir={root / 'usr/share/mysql'}",
+                f"--plugin-dir={root / 'usr/lib/mysql/plugin'}"])
         wrappers = root / "binlogd-wrappers"
         _write_wrappers(root, wrappers, loader)
-        return cls(server, root / "usr/bin/mariadb", root / "usr/bin/mariadb-install-db", loader=loader,
+        return cls(mariadbd, root / "usr/bin/mariadb", root / "usr/bin/mariadb-install-db", loader=loader,
                    server_args=[f"--basedir={root / 'usr'}"], install_args=[f"--basedir={wrappers}"])
 
     def command(self, program: Path) -> list[str]:

@@ -78,6 +78,8 @@ setup_test_servers() {
     # MariaDB 11.8, the suite's second real server (downloaded once into ~/.cache/binlogd; never installed).
     [ -d "$cache/mariadb-11.8" ] || _step "fetching MariaDB 11.8 for the tests into $cache (once per machine)"
     scripts/fetch-mariadb >&2 || echo "the MariaDB 11.8 tests will be skipped with the reason above" >&2
+    [ -d "$cache/mysql-9.7" ] || _step "fetching MySQL 9.7 for the tests into $cache (once per machine)"
+    scripts/fetch-mysql >&2 || echo "the MySQL 9.7 tests will be skipped with the reason above" >&2
 
     # redis-server, nats-server and PostgreSQL for the bus-sink tests (started privately by the tests).
     if ! { command -v redis-server && command -v nats-server \

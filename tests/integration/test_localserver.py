@@ -144,16 +144,23 @@ def test_minimal_server_compresses_and_has_minimal_metadata(mariadb_minimal: Loc
     if mariadb_minimal.flavor == "mariadb":
         assert v["log_bin_compress"] == "ON"
         assert v["log_bin_compress_min_len"] == "10"
+    else:  # MySQL compresses whole transactions (TRANSACTION_PAYLOAD events)
+        assert v["binlog_transaction_compression"] == "ON"
 
 
 def test_runs_the_server_it_was_given(mariadb: LocalServer, server_binaries) -> None:
-    """The fixture's server is the installation it names: 11.8 from the unpacked root, the machine's otherwise."""
+    """The fixture's server is the installation it names: 11.8 or MySQL 9.7 from the unpacked root, the machine's
+    otherwise. MySQL runs with GTIDs on and no file-privilege directory."""
     version = mariadb.sql("SELECT VERSION()")[0][0]
     assert version.startswith(".".join(map(str, server_binaries.version_tuple)))
     assert mariadb.version == server_binaries.version
     basedir = mariadb.sql("SELECT @@basedir")[0][0]
     if server_binaries.loader:  # an unpacked root: its own basedir (messages, charsets, plugins)
         assert basedir.rstrip("/") == str(server_binaries.server.parents[1])
+    if server_binaries.flavor == "mysql":
+        assert mariadb.version_tuple[:2] == (9, 7)
+        assert mariadb.sql("SELECT @@gtid_mode, @@enforce_gtid_consistency, @@secure_file_priv") == [("ON", "ON", "")]
+    elif server_binaries.loader:
         assert mariadb.version_tuple[:2] == (11, 8)
         # 11.4+ logs end_log_pos 0 inside transactions: the reason this server is in the suite
         assert mariadb.sql("SELECT @@binlog_legacy_event_pos")[0][0] == 0
@@ -162,7 +169,7 @@ def test_runs_the_server_it_was_given(mariadb: LocalServer, server_binaries) -> 
 def test_from_root_names_a_root_without_a_server(tmp_path) -> None:
     from binlogd.cli.serverbins import ServerBinaries, ServerNotFound
 
-    with pytest.raises(ServerNotFound, match="holds no unpacked MariaDB server"):
+    with pytest.raises(ServerNotFound, match="holds no unpacked MariaDB or MySQL server"):
         ServerBinaries.from_root(tmp_path)
 
 

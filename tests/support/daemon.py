@@ -40,6 +40,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from binlogd.daemon.service import Daemon
+from tests.support.flavour import binlog_status
 
 REPO = Path(__file__).resolve().parents[2]
 _SCRIPT = Path(sys.executable).parent / "binlogd"
@@ -281,8 +282,8 @@ def read_checkpoint(path: Path) -> dict | None:
 
 
 def master_status(server) -> tuple[str, int]:
-    row = server.sql("SHOW MASTER STATUS")[0]
-    return str(row[0]), int(row[1])
+    """(file, position) of the end of ``server``'s binlog, in its flavour's SQL."""
+    return binlog_status(server)
 
 
 def _file_key(name: str) -> int:

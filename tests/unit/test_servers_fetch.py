@@ -1,4 +1,4 @@
-"""Fetching MariaDB 11.8 for the suite (tests/support/servers.py), without a network: a fake ``apt-get``.
+"""Fetching MariaDB 11.8 and MySQL 9.7 for the suite (tests/support/servers.py), without a network: a fake ``apt-get``.
 
 The fetch must use a private deb822 sources list (name ending in ``.sources``, suite trixie) and private
 index and cache directories, never the machine's apt configuration; when it fails, the error names the
@@ -63,3 +63,16 @@ def test_without_apt_get_the_reason_says_so(tmp_path, monkeypatch):
 def test_an_unknown_server_id_is_unavailable():
     with pytest.raises(servers.Unavailable, match="no MariaDB/MySQL server for '9.9'"):
         servers.binaries("9.9")
+
+
+def test_mysql_is_fetched_from_sid_the_same_way(tmp_path, fake_apt):
+    if not servers.shutil.which("dpkg"):
+        pytest.skip("dpkg not installed")
+    root = tmp_path / "cache" / "mysql-9.7"
+    with pytest.raises(ServerSetupError) as info:
+        servers.fetch_mysql(root)
+    assert str(info.value).startswith("cannot fetch MySQL 9.7: `apt-get update (")
+    assert not root.exists() and [p.name for p in root.parent.iterdir()] == ["mysql-9.7.lock"]
+    log = fake_apt.read_text()
+    assert "Suites: sid" in log and "-oDir::Etc::sourceparts=-" in log and "Dir::Cache=" + str(root.parent) in log
+    assert servers.flavour("mysql-9.7") == "mysql"
