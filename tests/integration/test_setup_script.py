@@ -142,10 +142,11 @@ def test_a_first_setup_says_what_it_does_before_each_slow_step(setup_copy, tmp_p
 
 
 def test_the_test_servers_step_names_a_first_fetch_and_missing_brokers(setup_copy, tmp_path):
-    """setup_test_servers: a line before a MariaDB 11.8 that is not in the cache yet is fetched, and before the
-    brokers are installed; none once both are there. The fetch and the install are fakes here."""
+    """setup_test_servers: a line before a server that is not in the cache yet is fetched, and before the
+    brokers are installed; none once all are there. The fetches and the install are fakes here."""
     root, env = setup_copy
     for name, body in (("fetch-mariadb", 'mkdir -p "$XDG_CACHE_HOME/binlogd/mariadb-11.8"; echo fetched'),
+                       ("fetch-mysql", 'mkdir -p "$XDG_CACHE_HOME/binlogd/mysql-9.7"'),
                        ("install-brokers", "echo install-brokers ran")):
         (root / "scripts" / name).write_text(f"#!/bin/sh\n{body}\n")
         (root / "scripts" / name).chmod(0o755)
@@ -159,9 +160,12 @@ def test_the_test_servers_step_names_a_first_fetch_and_missing_brokers(setup_cop
     first, _, _ = _setup(root, env, "setup_test_servers")
     assert first.returncode == 0, first.stderr
     cache = tmp_path / "cache" / "binlogd"
-    assert _steps(first.stderr)[:2] == [
-        f"setup: fetching MariaDB 11.8 for the tests into {cache} (once per machine)",
-        "setup: installing the brokers the bus tests start (redis-server, nats-server, PostgreSQL) if possible"]
+    steps = _steps(first.stderr)
+    assert f"setup: fetching MariaDB 11.8 for the tests into {cache} (once per machine)" in steps, first.stderr
+    assert steps[-1] == \
+        "setup: installing the brokers the bus tests start (redis-server, nats-server, PostgreSQL) if possible"
+    if "scripts/fetch-mysql" in (root / "scripts" / "_setup.sh").read_text():
+        assert f"setup: fetching MySQL 9.7 for the tests into {cache} (once per machine)" in steps
     assert "fetched" in first.stderr and "install-brokers ran" in first.stdout
 
     for name in ("redis-server", "nats-server", "initdb"):
