@@ -97,9 +97,14 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-def _stalled_broker(tmp_path, kind: str, stall: float) -> tuple[dict, str]:
-    """Run the load, stall the broker for ``stall`` seconds in the middle, then check the read-back; returns
-    what was seen during the stall (RSS growth, checkpoint age, sink errors, /readyz) and the daemon's log."""
+STALL_ROWS = 1000  # big transactions written while the broker is stopped: ~120 MB
+
+
+def _stalled_broker(tmp_path, kind: str, stall: float, longest: float) -> tuple[dict, str]:
+    """Run the load, stall the broker in the middle for ``stall`` seconds and until STALL_ROWS transactions were
+    written meanwhile (however fast this machine writes them), or ``longest`` seconds at most; then check the
+    read-back. Returns what was seen during the stall (RSS growth, checkpoint age, sink errors, /readyz,
+    transactions written, seconds) and the daemon's log."""
     require(kind)
     total = 2400
     with KINDS[kind]() as broker, local_server() as srv:
@@ -113,19 +118,21 @@ def _stalled_broker(tmp_path, kind: str, stall: float) -> tuple[dict, str]:
             port = metrics_port(daemon)
             writer.start()
             writer.wait_count(200, timeout=120)
+            assert daemon.running, daemon.stderr
             rss0 = _rss_mb(daemon.pid)
             broker.pause()
             try:
-                ends = time.monotonic() + stall
+                start, before = time.monotonic(), writer.count
                 peak = rss0
-                while time.monotonic() < ends:
+                while time.monotonic() - start < longest and (
+                        time.monotonic() - start < stall or writer.count - before < STALL_ROWS):
                     time.sleep(0.5)
                     peak = max(peak, _rss_mb(daemon.pid))
                     seen["ready"].append(scrape(port, "/readyz")[0])
                 seen["age"] = scrape_metric(port, "binlogd_checkpoint_age_seconds")
                 seen["errors"] = scrape_metric(port, "binlogd_errors_total", kind="sink")
                 seen["growth"] = peak - rss0
-                seen["written"] = writer.count
+                seen["written"], seen["seconds"] = writer.count - before, time.monotonic() - start
             finally:
                 broker.resume()
             writer.wait_count(total, timeout=180)
@@ -143,8 +150,8 @@ def _stalled_broker(tmp_path, kind: str, stall: float) -> tuple[dict, str]:
 
 @pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
 def test_bus_sink_waits_for_a_stalled_broker(tmp_path, kind):
-    seen, log = _stalled_broker(tmp_path, kind, stall=10)
-    assert seen["written"] >= 200 + 1000, seen  # the load went on: ~120 MB arrived while the broker was stopped
+    seen, log = _stalled_broker(tmp_path, kind, stall=10, longest=45)  # well within the sink's 60 s wait
+    assert seen["written"] >= STALL_ROWS, seen  # the load went on: ~120 MB arrived while the broker was stopped
     assert seen["growth"] < 100, seen          # at most 32 MB wait for the worker; the rest stays in the server
     assert seen["age"] >= 8, seen              # the checkpoint stood still
     assert seen["errors"] == 0, (seen, log)    # a slow broker is waited for, not failed
@@ -154,7 +161,7 @@ def test_bus_sink_waits_for_a_stalled_broker(tmp_path, kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
 def test_bus_sink_past_the_wait_for_a_stalled_broker(tmp_path, kind):
-    seen, log = _stalled_broker(tmp_path, kind, stall=75)
+    seen, log = _stalled_broker(tmp_path, kind, stall=75, longest=90)
     assert seen["errors"] >= 1, seen           # the sink's 60 s wait ran out: retryable, shown
     assert 503 in seen["ready"], seen
     assert "retrying" in log
