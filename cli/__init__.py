@@ -159,15 +159,30 @@ def cmd_run(args) -> int:
     except ConfigError as exc:
         print(f"binlogd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.config is None and not _source_given(overrides):
+        print("binlogd: run needs a source: --config FILE (see config.example.toml), BINLOGD_SOURCE__HOST (and the "
+              "other BINLOGD_SOURCE__ settings) or --set source.host=HOST; it never assumes one", file=sys.stderr)
+        return EXIT_CONFIG
     log = setup_logging(config.log.format, config.log.level)
     _say_missing_fast_paths(log.warning)
     _no_core_dumps(log)
+    import warnings
+
+    # the server's notes on the daemon's own statements (a deprecated variable read, on MySQL 9) are not the
+    # user's to act on, and would be stderr lines that are not log lines
+    warnings.filterwarnings("ignore", module=r"aiomysql\.")
     if "source.password" in (key.strip().lower() for key in overrides):
         log.warning("source.password was given with --set: other users can read it in the process list; "
                     "use source.password_file or BINLOGD_SOURCE__PASSWORD")
     from binlogd.cli.signals import run_loop, run_with_signals
 
     return run_loop(lambda: run_with_signals(Daemon(config, log), log))
+
+
+def _source_given(overrides: dict) -> bool:
+    """Whether a source setting is in the environment (``BINLOGD_SOURCE__*``) or among ``--set``'s ``overrides``."""
+    return any(k.upper().startswith("BINLOGD_SOURCE__") for k in os.environ) or \
+        any(k.strip().lower().startswith("source.") for k in overrides)
 
 
 def _say_missing_fast_paths(say) -> None:

@@ -13,6 +13,7 @@ are memoryviews of those buffers: no copy from the socket to the sink.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 
@@ -27,6 +28,9 @@ from binlogd.protocol.records import record
 ER_ACCESS_DENIED = {1045, 1044, 1227, 1698, 1251}
 CR_AUTH_PLUGIN_CANNOT_LOAD = 2059  # the client does not know the account's authentication plugin
 ER_MASTER_FATAL_READING_BINLOG = 1236
+ER_ERROR_WHEN_EXECUTING_COMMAND = 1220   # SHOW BINLOG EVENTS FROM an offset where no event starts
+_WALK_PAGE, _WALK_EVENTS = 1000, 200_000   # SHOW BINLOG EVENTS rows per query, and at most, to find boundaries
+_REFUSED = object()                        # a query the account may not run
 _PAUSE_ABOVE = 8 << 20  # unparsed bytes at which the receiver stops reading the socket for a while
 # Bytes per receive buffer: one socket read takes at most the free space of one, and a read returns
 # what the kernel holds, up to a few MiB while the primary sends faster than we take.
@@ -50,6 +54,16 @@ def why_1236(message: str) -> str:
     if any(marker in text for marker in _PURGED):
         return "; it was probably purged: see README 'After ERR 1236'"
     return ""
+
+
+def connect_reason(exc: BaseException, timeout: float) -> str:
+    """Why a connect failed, in words: "Connection refused", "no answer within 5s (source.connect_timeout)",
+    the OS's text for its errno, or the exception's own text."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return f"no answer within {timeout:g}s (source.connect_timeout)"
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__
 
 
 class SourceError(BinlogError):
@@ -171,9 +185,11 @@ class SourceConnection:
                                   f"(source.tls.mode = {cfg.tls.mode!r})", fatal=True) from None
             if isinstance(cause, socket.gaierror):
                 raise SourceError("unreachable", f"unknown host {cfg.host!r}: {cause.strerror}") from None
-            raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: {exc.args[-1]}") from None
+            raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: "
+                              f"{connect_reason(cause, cfg.connect_timeout) if cause else exc.args[-1]}") from None
         except (OSError, asyncio.TimeoutError) as exc:
-            raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: {exc}") from None
+            raise SourceError("connection", f"cannot connect to {cfg.host}:{cfg.port}: "
+                              f"{connect_reason(exc, cfg.connect_timeout)}") from None
         require_tls(self.conn, cfg)
         rows = await self.query("SELECT VERSION(), @@version_comment, @@server_id, @@log_bin, "
                                 "@@binlog_format, @@global.binlog_checksum")
@@ -225,6 +241,56 @@ class SourceConnection:
     async def binlog_files(self) -> list[str]:
         """``SHOW BINARY LOGS``: the primary's files, oldest first."""
         return [r[0] for r in await self.query("SHOW BINARY LOGS")]
+
+    async def off_boundary(self, file: str, pos: int, size: int) -> str | None:
+        """Why no event of ``file`` (``size`` bytes, as ``SHOW BINARY LOGS`` says) starts at ``pos``, naming the
+        nearest event boundaries (from ``SHOW BINLOG EVENTS``); None when one does or the file ends there, or when
+        the server would not say (a privilege refused).
+
+        Raises:
+            SourceError: the server failed otherwise.
+        """
+        if pos >= size:
+            return None if pos == size else f"it is past the end of the file ({size} bytes)"
+        rows = await self._events(file, pos, 0, 1)
+        if rows is _REFUSED or rows and int(rows[0][1]) == pos:
+            return None
+        before, at, skip, seen = None, 4, 0, 0
+        while seen < _WALK_EVENTS:
+            rows = await self._events(file, at, skip, _WALK_PAGE)
+            if not isinstance(rows, list):
+                return None
+            for row in rows:
+                if int(row[1]) > pos:
+                    return f"the nearest event boundaries are {before} (before) and {int(row[1])} (after)"
+                before = int(row[1])
+            seen += len(rows)
+            if len(rows) < _WALK_PAGE:   # the last event holds it
+                return f"the nearest event boundaries are {before} (before) and {size} (after, the file's end)"
+            at, skip = int(rows[-1][1]), 1
+        return "it is not where an event starts (SHOW BINLOG EVENTS lists them)"
+
+    async def binlog_sizes(self) -> dict[str, int]:
+        """``SHOW BINARY LOGS``: each of the primary's files and its size in bytes, oldest first."""
+        return {str(r[0]): int(r[1]) for r in await self.query("SHOW BINARY LOGS")}
+
+    async def _events(self, file: str, pos: int, skip: int, limit: int) -> list[tuple] | object | None:
+        """``SHOW BINLOG EVENTS IN file FROM pos LIMIT skip, limit`` rows; None when the server refuses the offset
+        (error 1220: no event there, or past the file's end), :data:`_REFUSED` when it refuses the account."""
+        import pymysql
+
+        try:
+            async with self.conn.cursor() as cur:
+                await cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(pos)} LIMIT {int(skip)}, {int(limit)}",
+                                  (file,))
+                return list(await cur.fetchall() or [])
+        except pymysql.err.MySQLError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code == ER_ERROR_WHEN_EXECUTING_COMMAND:
+                return None
+            if code in ER_ACCESS_DENIED:
+                return _REFUSED
+            raise SourceError("server", f"SHOW BINLOG EVENTS failed: server error {code}: {exc.args[-1]}") from None
 
     async def start_dump(self, server_id: int, position: Position, use_gtid: bool, heartbeat: float,
                          non_blocking: bool = False, strict: bool = False) -> None:

@@ -41,6 +41,7 @@ from .consumer import Consumer
 from .failover import Failover, OneHost, hosts_for
 from .http import MetricsServer
 from .metrics import Metrics
+from .resumerule import adopt, check_source
 from .session import Session
 from .sinks import SinkError, make_sink
 from .tasks import close_tasks
@@ -110,6 +111,7 @@ class Daemon:
         self._start: ResumeState | None = None  # where the first session starts, resolved once
         self._started = False       # the first commit (at the start position) is durable
         self._progress = time.monotonic()  # last pass of the reconnect loop (systemd watchdog)
+        self._reached = False       # a session's connect succeeded once (a refused first connect gives up: _loop)
 
     @property
     def tracker(self) -> PositionTracker | None:
@@ -137,14 +139,14 @@ class Daemon:
         try:
             self.store.acquire()
             loaded = self.store.load()
-            self.sink.open(loaded.sink if loaded else None)
-            loaded = self.sink.start_checkpoint(loaded, self.log)  # a bus sink's committed position wins
+            await asyncio.to_thread(self.sink.open, loaded.sink if loaded else None)
+            state = adopt(self.sink, ResumeState.from_checkpoint(loaded) if loaded else None, self.log, self.metrics)
         except (CheckpointError, SinkError) as exc:
             self.store.release()
             raise StartError(str(exc), getattr(exc, "exit_code", None) or EXIT_CHECKPOINT) from exc
-        self.committer.durable = ResumeState.from_checkpoint(loaded) if loaded else None
-        self.hosts = hosts_for(self.cfg.source, self.log, self.metrics, loaded.source.get("host") if loaded else None)
-        if self.hosts.by_gtid and loaded is not None and not self.committer.durable.by_gtid:
+        self.committer.durable = state
+        self.hosts = hosts_for(self.cfg.source, self.log, self.metrics, state.source.get("host") if state else None)
+        if self.hosts.by_gtid and state is not None and not state.by_gtid:
             self.sink.close()
             self.store.release()
             raise StartError(f"checkpoint {self.store.path} resumes by binlog file and position, and positions "
@@ -208,7 +210,7 @@ class Daemon:
             await close_tasks(self._watchdog)
             self.metrics.set_up(False)
             await self.committer.drain()
-            self.sink.close()
+            await asyncio.to_thread(self.sink.close)
             if self.schema is not None:
                 await self.schema.close()
             self.store.release()
@@ -238,7 +240,7 @@ class Daemon:
     async def _loop(self) -> int:
         """Sessions with backoff between them; returns the exit code."""
         rc = self.cfg.reconnect
-        delay, attempts = rc.initial_seconds, 0
+        delay, attempts, began = rc.initial_seconds, 0, time.monotonic()
         while not self.stopping.is_set():
             self._progress = time.monotonic()
             sessions_before = self.sessions
@@ -250,6 +252,8 @@ class Daemon:
                 if exc.fatal or (exc.kind == "unreachable" and self.sessions == 0):
                     self.log.error("%s", exc)
                     return _FATAL_EXIT.get(exc.kind, EXIT_INTERNAL)
+                if self._never_reached(exc, time.monotonic() - began):
+                    return EXIT_UNREACHABLE
                 message, level = f"{exc}; reconnecting", logging.WARNING
             except (ChecksumError, EventDecodeError, UnknownEventError) as exc:
                 self.metrics.error("decode")
@@ -283,6 +287,18 @@ class Daemon:
             delay = min(rc.max_seconds, delay * 2)
         return EXIT_OK
 
+    def _never_reached(self, exc: SourceError, waited: float) -> bool:
+        """Whether to give up (exit 4, logged): one host that no connect reached since the start, ``waited`` seconds
+        ago, for ``source.failover_timeout_seconds`` (refused, timed out: ``exc``). A source that was reached once
+        is retried for ever."""
+        if exc.kind != "connection" or self._reached or not isinstance(self.hosts, OneHost):
+            return False
+        if waited < self.cfg.source.failover_timeout_seconds:
+            return False
+        self.log.error("%s; no connect succeeded since the start %.0fs ago (source.failover_timeout_seconds): giving "
+                       "up (check source.host and source.port)", exc, waited)
+        return True
+
     async def _one_session(self) -> None:
         """:meth:`_session` as the task :meth:`stop` may cancel; a cancel by stop() returns (the loop ends).
 
@@ -315,7 +331,9 @@ class Daemon:
         async with Session(dataclasses.replace(self.cfg, source=self._source), self.metrics,
                            rows=self.sink.wants_rows) as session:
             info = await session.open()
+            self._reached = True
             await self._reopen_sink()  # first: the sync in flight moves the durable state the session resumes from
+            await self._check_source(session, info)
             resume = await self._resume_state(session, endpoint, info)
             await self._attach_schema(info, resume)  # before a snapshot seeds it: whose history it is
             snapped = await self._snapshot(info, endpoint, resume)
@@ -351,11 +369,33 @@ class Daemon:
         return await snapshot.run(self, info, endpoint, resume)
 
     async def _reopen_sink(self) -> None:
-        """Back to the last durable commit: discard what the last session wrote after it."""
+        """Back to the last durable commit: discard what the last session wrote after it; a sink that commits
+        the position with its data says where the session resumes (:func:`.resumerule.adopt`)."""
         if self._started:
             await self.committer.drain()
-            self.sink.close()
-            self.sink.open(self.committer.durable.sink)
+            await asyncio.to_thread(self.sink.close)
+            await asyncio.to_thread(self.sink.open, self.committer.durable.sink)
+            self.committer.durable = adopt(self.sink, self.committer.durable, self.log, self.metrics)
+
+    async def _check_source(self, session: Session, info: ServerInfo) -> None:
+        """Refuse to resume from a checkpoint of another source (:func:`.resumerule.check_source`; with several
+        source.hosts, :class:`~.failover.Failover` judges the hosts).
+
+        Raises:
+            SinkError: (fatal, exit 8) it is another source's.
+        """
+        state = self.committer.durable
+        if state is None or not state.source.get("flavor") or not isinstance(self.hosts, OneHost):
+            return
+        if info.flavor == "mariadb":
+            rows = await session.query("SELECT @@global.gtid_binlog_state, @@global.gtid_slave_pos")
+        else:
+            rows = await session.query("SELECT @@global.gtid_executed")
+        status = await session.query(info.admin_show_status)
+        where = f"the checkpoint in {self.sink.name}" if self.sink.remote_checkpoint() is not None else \
+            f"checkpoint {self.store.path}"
+        check_source(state, info, str(status[0][0]) if status else "",
+                     ",".join(str(v) for v in rows[0] if v).replace("\n", ""), where)
 
     async def _attach_schema(self, info: ServerInfo, resume: ResumeState) -> None:
         """The schema history for this session: its server lookups go to the session's server, and it

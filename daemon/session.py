@@ -82,14 +82,23 @@ class Session:
         return ResumeState(start, skip_before=spec.timestamp)
 
     async def _check_file(self, start: Position) -> None:
-        """A ``file:`` start names a file the primary lists.
+        """A ``file:`` start names a file the primary lists, and a position where one of its events starts (or
+        where it ends).
 
         Raises:
             SourceError("binlog_missing", fatal): it does not; "probably purged" only when the name is older
-                than the oldest file it has, else the files it has are named.
+                than the oldest file it has, else the files it has are named; a position inside an event or
+                past the end names the nearest event boundaries.
         """
-        files = await self.conn.binlog_files()
-        if start.file in files or not files:
+        sizes = await self.conn.binlog_sizes()
+        files = list(sizes)
+        if start.file in sizes:
+            why = await self.conn.off_boundary(start.file, start.pos, sizes[start.file])
+            if why is not None:
+                raise SourceError("binlog_missing", f"source.start: no event of {start.file} starts at {start.pos}: "
+                                  f"{why}", fatal=True)
+            return
+        if not files:
             return
         if is_before(start.file, 4, files[0], 4):
             raise SourceError("binlog_missing", f"source.start: {start.file} is older than the oldest binlog file "
