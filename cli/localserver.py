@@ -235,7 +235,7 @@ class LocalServer:
         if not self.datadir.exists():
             template = _ensure_template(bins, self._init_args())
             shutil.copytree(template, self.datadir, symlinks=True,
-                            ignore=shutil.ignore_patterns(".complete"))
+                            ignore=shutil.ignore_patterns(".complete", "auto.cnf"))  # MySQL: a UUID of its own
         for attempt in range(3):
             try:
                 self._start_once(timeout)

@@ -1,13 +1,15 @@
 """The replication pair of tests/support/replication.py does what the failover tests rely on.
 
 Each check reads both servers: table contents and ``@@gtid_binlog_pos`` (the replica logs what it applies,
-under the primary's server id, because of ``log_slave_updates``).
+under the primary's server id, because of ``log_slave_updates``); on MySQL ``@@gtid_executed``, whose GTIDs
+name the server UUID that first committed them.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tests.support.flavour import is_mysql
 from tests.support.replication import Pair, gtid_pos, slave_status
 
 pytestmark = pytest.mark.server
@@ -30,11 +32,16 @@ def test_replica_follows_by_gtid_and_logs_what_it_applies(pair):
     pair.wait_replica()
     assert rows(pair.replica) == rows(pair.primary) == [(1, 1), (2, 2)]
     assert gtid_pos(pair.replica) == gtid_pos(pair.primary)
-    assert gtid_pos(pair.primary).startswith("0-1-")
     status = slave_status(pair.replica)
-    assert status["Using_Gtid"] == "Slave_Pos"
     assert int(pair.replica.sql("SELECT @@global.read_only")[0][0]) == 1
-    assert int(pair.replica.sql("SELECT @@global.gtid_strict_mode")[0][0]) == 1
+    if is_mysql(pair.primary):
+        uuid = pair.primary.sql("SELECT @@server_uuid")[0][0]
+        assert gtid_pos(pair.primary).startswith(f"{uuid}:1-")
+        assert status["Auto_Position"] == 1
+    else:
+        assert gtid_pos(pair.primary).startswith("0-1-")
+        assert status["Using_Gtid"] == "Slave_Pos"
+        assert int(pair.replica.sql("SELECT @@global.gtid_strict_mode")[0][0]) == 1
 
 
 def test_diverged_replica_lacks_what_the_primary_commits_after(pair):
@@ -60,8 +67,12 @@ def test_promotion_after_a_crash_makes_the_replica_a_writable_primary(pair):
     assert slave_status(new) == {}
     new.sql("INSERT INTO r.t VALUES (2, 2)")
     assert rows(new) == [(1, 1), (2, 2)]
-    domain, server_id, seq = gtid_pos(new).split("-")
-    assert (domain, server_id) == ("0", "2") and int(seq) > 1
+    if is_mysql(new):  # the new primary's own GTIDs name its UUID, next to the old primary's
+        uuid = new.sql("SELECT @@server_uuid")[0][0]
+        assert f"{uuid}:1" in gtid_pos(new).split(",")
+    else:
+        domain, server_id, seq = gtid_pos(new).split("-")
+        assert (domain, server_id) == ("0", "2") and int(seq) > 1
 
 
 def test_switchover_makes_the_old_primary_a_replica_of_the_new(pair):
