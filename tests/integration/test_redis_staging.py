@@ -326,3 +326,27 @@ def test_open_and_close_delete_undecided_staging(redis_server, client, monkeypat
         sink.close()
     assert not client.exists(STAGING) and not client.exists("binlogd:d.a")
     assert client.get(CHECKPOINT) == old
+
+
+def test_open_refuses_to_move_into_a_key_of_another_type(redis_server, client):
+    """A decided commit whose stream became a string: open stops with exit 6 naming the key, and the batch
+    moved nothing (staging, pending key and checkpoint as they were)."""
+    from binlogd.daemon.sinks import SinkError
+    from binlogd.daemon.sinks.redis import RedisSink
+    from binlogd.library.checkpointfile import Checkpoint
+    from binlogd.protocol.position import Position
+
+    old, new = (Checkpoint(Position("b.000001", pos)).to_bytes() for pos in (1000, 2000))
+    client.set(CHECKPOINT, old)
+    client.set("binlogd:d.a", "not a stream")
+    for i in range(5):
+        client.xadd(STAGING, {"s": "binlogd:d.b" if i < 2 else "binlogd:d.a", "change": _payload(i)})
+    client.set(PENDING, new)
+    sink = RedisSink(redis_server.url)
+    with pytest.raises(SinkError) as err:
+        sink.open(None)
+    sink.close()
+    assert err.value.fatal and err.value.exit_code == 6, err.value
+    assert "WRONGTYPE" in str(err.value) and "binlogd:d.a" in str(err.value)
+    assert client.xlen(STAGING) == 5 and not client.exists("binlogd:d.b")
+    assert client.get(PENDING) == new and client.get(CHECKPOINT) == old
