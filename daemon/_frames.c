@@ -9,8 +9,8 @@
  *
  * redis_xadds(head, lines, n): per line, head + "$<len>\r\n<payload>\r\n" (head: an XADD's packed RESP
  *   up to its last argument, see daemon/sinks/redis.py).
- * nats_hpubs(subject, sid, file, pos, row0, seq0, lines, n): per line i, a NATS HPUB of the payload to
- *   subject with headers Nats-Msg-Id "<sid>:<file>:<pos>:<row>", Binlogd-Source "<file>:<pos>:<row>" and
+ * nats_hpubs(subject, sid, prefix, row0, seq0, lines, n): per line i, a NATS HPUB of the payload to
+ *   subject with headers Nats-Msg-Id "<sid>:<prefix>:<row>", Binlogd-Source "<prefix>:<row>" and
  *   Nats-Expected-Last-Sequence "<seq>", row = row0 + i, seq = seq0 + i.
  * copy_rows(lines, n, file, pos, row0, tail): per line i, a COPY text-format line: the payload with its
  *   backslashes doubled, then "\t<file>\t<pos>\t<row0 + i>\t<tail>\n" (file and tail already in COPY text).
@@ -156,20 +156,20 @@ redis_xadds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 nats_hpubs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    const char *subject, *file, *lines;
-    Py_ssize_t subject_len, file_len, len;
-    long long sid, pos, row0, seq0, n;
-    if (nargs_is(nargs, 8, "nats_hpubs") < 0 || arg_bytes(args, 0, &subject, &subject_len) < 0
-        || arg_int(args, 1, &sid) < 0 || arg_bytes(args, 2, &file, &file_len) < 0 || arg_int(args, 3, &pos) < 0
-        || arg_int(args, 4, &row0) < 0 || arg_int(args, 5, &seq0) < 0 || arg_bytes(args, 6, &lines, &len) < 0
-        || arg_int(args, 7, &n) < 0 || check_lines(lines, len, (Py_ssize_t)n) < 0
+    const char *subject, *prefix, *lines;
+    Py_ssize_t subject_len, prefix_len, len;
+    long long sid, row0, seq0, n;
+    if (nargs_is(nargs, 7, "nats_hpubs") < 0 || arg_bytes(args, 0, &subject, &subject_len) < 0
+        || arg_int(args, 1, &sid) < 0 || arg_bytes(args, 2, &prefix, &prefix_len) < 0
+        || arg_int(args, 3, &row0) < 0 || arg_int(args, 4, &seq0) < 0 || arg_bytes(args, 5, &lines, &len) < 0
+        || arg_int(args, 6, &n) < 0 || check_lines(lines, len, (Py_ssize_t)n) < 0
         || check_last(row0, n) < 0 || check_last(seq0, n) < 0)
         return NULL;
     static const char H1[] = "NATS/1.0\r\nNats-Msg-Id: ", H2[] = "\r\nBinlogd-Source: ",
                       H3[] = "\r\nNats-Expected-Last-Sequence: ", H4[] = "\r\n\r\n";
-    /* headers: H1 sid:file:pos:row H2 file:pos:row H3 seq H4 */
+    /* headers: H1 sid:prefix:row H2 prefix:row H3 seq H4 */
     Py_ssize_t fixed = (Py_ssize_t)(sizeof H1 + sizeof H2 + sizeof H3 + sizeof H4 - 4) + digits(sid) + 1
-                       + 2 * (file_len + 1 + digits(pos) + 1);
+                       + 2 * (prefix_len + 1);
     const char *p = lines, *end = lines + len, *nl;
     Py_ssize_t size = 0, i = 0;
     for (; p < end; p = nl + 1, i++) {
@@ -196,9 +196,7 @@ nats_hpubs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         o = put_int(o, sid);
         *o++ = ':';
         for (int twice = 0; twice < 2; twice++) {
-            o = put(o, file, file_len);
-            *o++ = ':';
-            o = put_int(o, pos);
+            o = put(o, prefix, prefix_len);
             *o++ = ':';
             o = put_int(o, row);
             if (!twice)

@@ -189,9 +189,14 @@ class Consumer:
         if not artificial:
             self._dirty = True
         if self.sink.wants_rows:
-            for item in (event.events if isinstance(event, E.TransactionPayloadEvent) else (event,)):
-                if isinstance(item, E.RowsEvent):
-                    self._rows(item)
+            if isinstance(event, E.TransactionPayloadEvent):
+                for item, inner in zip(event.events, event.offsets):
+                    if isinstance(item, E.RowsEvent):
+                        self._rows(item, inner)
+            elif isinstance(event, E.RowsEvent):
+                self._rows(event)
+            if self.sink.over():
+                await self.sink.room()
         if tracker.observe(event):
             self._uncommitted += 1
             self.metrics.transaction()
@@ -199,8 +204,9 @@ class Consumer:
                 self.skip_before = None
         self.metrics.position(tracker.file, tracker.pos)
 
-    def _rows(self, event: E.RowsEvent) -> None:
-        """The row changes of one rows event that pass the filters and the datetime start, to the sink."""
+    def _rows(self, event: E.RowsEvent, inner: int = 0) -> None:
+        """The row changes of one rows event (at ``inner`` in its TRANSACTION_PAYLOAD, 0 outside one) that pass
+        the filters and the datetime start, to the sink."""
         if self.incremental is not None:  # signals and the chunk's keys, whatever the filters select
             self.incremental.observe(event)
         f = self.cfg.filters
@@ -210,5 +216,5 @@ class Consumer:
             return
         if event.columns and event.columns[0].startswith("@"):
             self.metrics.unnamed_columns()
-        n = self.sink.rows(event, self.tracker.file, self.tracker.gtid)
+        n = self.sink.rows(event, self.tracker.file, self.tracker.gtid, inner)
         self.metrics.rows(event.schema, event.table, event.kind, n)

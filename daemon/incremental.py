@@ -41,6 +41,7 @@ import time
 
 import orjson
 
+from binlogd.library.identity import incremental_prefix
 from binlogd.protocol.position import is_before
 
 from .connection import admin_connection
@@ -51,6 +52,11 @@ from .snapshotview import binlog_end, consistent_snapshot, query
 _MISSING = object()
 _BUDGET_SECONDS = 0.5       # chunks read and written in one boundary call at most this long (a caught-up stream)
 _PROGRESS_SECONDS = 30.0    # a progress line this often while one table is read
+
+
+def _run_now() -> int:
+    """A new run's number: the time in milliseconds (a later run, a greater number)."""
+    return time.time_ns() // 1_000_000
 
 
 def _norm(value):
@@ -97,6 +103,9 @@ class Incremental:
         schema, _, table = self.cfg.snapshot.signal_table.partition(".")
         self.signal = (schema, table)
         self.state: dict | None = orjson.loads(orjson.dumps(state)) if state and state.get("tables") else None
+        if self.state is not None:  # this session's chunks are another run's: their rows' ids say so
+            self.state["run"] = max(self.state.get("run", 0) + 1, _run_now())
+        self._chunks = 0  # chunks written in this run
         self.watched = {self.signal}
         self.buffer: dict | None = None
         self.high: tuple[str, int] = ("", 0)
@@ -195,7 +204,8 @@ class Incremental:
                 tables.append(list(parsed))
                 queued.append(".".join(parsed))
         if queued and self.state is None:
-            self.state = {"tables": tables, "last": None, "rows": 0, "chunks": 0, "started": time.time()}
+            self.state = {"tables": tables, "last": None, "rows": 0, "chunks": 0, "started": time.time(),
+                          "run": _run_now()}
         if queued:
             self.metrics.snapshot_state(1)
             self.log.info("incremental snapshot: signal %s: queued %s (%d tables to go)", sid, ", ".join(queued),
@@ -337,9 +347,13 @@ class Incremental:
         source = {"server_id": self.info.server_id, "file": tracker.file, "pos": tracker.pos,
                   "gtid": committed.gtid_list or committed.gtid_set or None, "snapshot": "incremental"}
         ts, change, schema, table = int(time.time()), self.sink.change, info.schema, info.table
+        prefix = incremental_prefix(tracker.file, tracker.pos, state["run"], self._chunks)
+        self._chunks += 1
         for index, row in enumerate(rows, state["rows"]):
             change({"op": "read", "schema": schema, "table": table, "before": None, "after": row, "ts": ts,
-                    "source": {**source, "row": index}})
+                    "source": {**source, "row": index, "id": f"{prefix}:{index}"}})
+            if self.sink.over():
+                await self.sink.room()
         full, last = self.chunk_full, self.chunk_last
         self._forget_chunk()
         state["rows"] += len(rows)

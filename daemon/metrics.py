@@ -71,6 +71,8 @@ _METRICS = (
     (_GAUGE, "source_info", "binlogd_source_info", "1 for the server binlogd streams from now",
      ("host", "server_id", "server_uuid", "version")),
     (_COUNTER, "failovers", "binlogd_failovers_total", "Switches from one source server to another", ()),
+    (_COUNTER, "sink_gaps", "binlogd_sink_gaps_total", "Times a sink's broker held less than binlogd had delivered "
+     "to it (it lost data): binlogd sent again from the broker's committed position", ()),
     (_GAUGE, "upload_pending", "binlogd_upload_pending_files",
      "Closed archive files not yet uploaded and verified", ()),
     (_COUNTER, "upload_bytes", "binlogd_upload_bytes_total", "Bytes of archive files uploaded and verified", ()),
@@ -302,6 +304,10 @@ class Metrics:
     def failover(self) -> None:
         """Count one switch to another source server."""
         self._count("failovers")
+
+    def sink_gap(self) -> None:
+        """Count one broker found behind what was delivered to it."""
+        self._count("sink_gaps")
 
     # -- read at scrape time -----------------------------------------------------------------
 

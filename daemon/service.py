@@ -388,10 +388,10 @@ class Daemon:
         if state is None or not state.source.get("flavor") or not isinstance(self.hosts, OneHost):
             return
         if info.flavor == "mariadb":
-            rows = await session.query("SELECT @@global.gtid_binlog_state, @@global.gtid_slave_pos")
+            rows = await session.conn.query("SELECT @@global.gtid_binlog_state, @@global.gtid_slave_pos")
         else:
-            rows = await session.query("SELECT @@global.gtid_executed")
-        status = await session.query(info.admin_show_status)
+            rows = await session.conn.query("SELECT @@global.gtid_executed")
+        status = await session.conn.query(info.admin_show_status)
         where = f"the checkpoint in {self.sink.name}" if self.sink.remote_checkpoint() is not None else \
             f"checkpoint {self.store.path}"
         check_source(state, info, str(status[0][0]) if status else "",

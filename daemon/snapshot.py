@@ -27,6 +27,7 @@ import dataclasses
 import logging
 import time
 
+from binlogd.library.identity import snapshot_prefix
 from binlogd.protocol.position import Position
 
 from .checkpoint import ResumeState
@@ -126,7 +127,8 @@ class Snapshot:
         state: the checkpoint's ``snapshot`` object: ``position`` (P1), ``tables`` ([schema, table] in read
             order), ``done`` (tables finished), ``last`` (the current table's last key read, or None), ``rows``
             (rows of the current table read), ``view`` (position of the current read view), ``started`` (unix
-            time); ``ranges`` while the current table is read in key ranges at once: ``[{"last": key after
+            time), ``run`` (0, then one more at each resume: the rows' ids name it); ``ranges`` while the current
+            table is read in key ranges at once: ``[{"last": key after
             which the range's next chunk starts, "upto": its last key or None (no end), "done"}, ...]``.
         readers: the connections, each in its own view: the first is the main one (P1's view, the schema's
             and the table list's); more are opened for the key ranges of a table (:meth:`_ranges`).
@@ -182,6 +184,8 @@ class Snapshot:
                 await self._begin()
             else:
                 daemon._started = True  # the checkpoint is durable: after an error the sink reopens at it
+                self.state["run"] = self.state.get("run", 0) + 1  # rows read from here are this run's changes
+                await self._commit(self.state)
                 await self._estimate()
                 p1 = self.state["position"]
                 self.log.info("snapshot: resuming at table %d of %d %s, in a new read view at %s:%d (the stream "
@@ -495,6 +499,8 @@ class Snapshot:
                     state["ranges"][index] = {"last": last, "upto": upto, "done": not full}
                 if full or index is not None:  # a table's last chunk is committed with the table done
                     await self._commit(state)
+                if daemon.sink.over():
+                    await daemon.sink.room()
                 daemon.metrics.snapshot_chunk(run.name, n, run.chunks, run.total)
                 if not full:
                     return
@@ -524,15 +530,16 @@ class Snapshot:
         """Give the sink the change events of one chunk's rows (see :meth:`_fetch`) read in ``reader``'s view: on
         the fast path as JSON lines in one call when it takes them (``change_lines``: the JSON-lines sink, which
         writes them in its own thread in a bulk load, while the next chunk's go into the reader's other
-        buffer), else one by one."""
-        source, ts, sink = reader.source(self.info.server_id), reader.ts, self.daemon.sink
+        buffer), else one by one. Their ids: :func:`library.identity.snapshot_prefix` of the table and run."""
+        source, ts, sink, state = reader.source(self.info.server_id), reader.ts, self.daemon.sink, self.state
+        prefix = snapshot_prefix(state["done"], state.get("run", 0))
         if self.fast:
             take = getattr(sink, "change_lines", None)
-            if take is not None and take(rows.lines(found, source, ts, self.state["rows"])):
+            if take is not None and take(rows.lines(found, source, ts, state["rows"], prefix)):
                 return
-            changes = rows.changes(found, source, ts, self.state["rows"])
+            changes = rows.changes(found, source, ts, state["rows"], prefix)
         else:
-            changes = info.changes(found, source, ts, self.state["rows"])
+            changes = info.changes(found, source, ts, state["rows"], prefix)
         for item in changes:
             sink.change(item)
 

@@ -117,13 +117,13 @@ class TableInfo:
         """The primary key of a raw row, JSON-safe for the checkpoint (bytes as ``{"hex": …}``)."""
         return [{"hex": v.hex()} if isinstance(v, bytes) else v for v in (raw[i] for i in self._key_at)]
 
-    def changes(self, rows: list, source: dict, ts: int, first: int = 0):
+    def changes(self, rows: list, source: dict, ts: int, first: int, prefix: str):
         """The rows as change events ``{"op": "read", "schema", "table", "before": None, "after", "ts",
-        "source": {**source, "row"}}``; ``row`` counts from ``first``."""
+        "source": {**source, "row", "id"}}``; ``row`` counts from ``first``, ``id`` is ``<prefix>:<row>``."""
         schema, table = self.schema, self.table
         for index, raw in enumerate(rows, first):
             yield {"op": "read", "schema": schema, "table": table, "before": None, "after": self.row(raw),
-                   "ts": ts, "source": {**source, "row": index}}
+                   "ts": ts, "source": {**source, "row": index, "id": f"{prefix}:{index}"}}
 
     def chunk_sql(self, after: list | None, limit: int | None, escape, select: str | None = None,
                   upto: list | None = None) -> str:

@@ -429,7 +429,7 @@ class ChunkReader:
             last = _key(info, [values[i] for i in self._key_at])
         return result, last
 
-    def lines(self, result: ResultRows, source: dict, ts: int, first: int) -> memoryview:
+    def lines(self, result: ResultRows, source: dict, ts: int, first: int, prefix: str) -> memoryview:
         """The rows of :meth:`fetch` as the JSON lines (each ending in a newline) that a sink in the "binlogd"
         format writes for the change dicts of :meth:`changes` (the same bytes), written into memory kept from
         chunk to chunk, two buffers in turn: a view of them, whose bytes stay as they are until the second call
@@ -440,34 +440,24 @@ class ChunkReader:
                 before the last).
         """
         self._outs.reverse()
-        n = textrows.lines(result.buf, result.start, result.end, self.plan, *self._envelope(source, ts), first,
-                           self._outs[0])
+        head, mid, tail = self._envelope(source, ts)
+        n = textrows.lines(result.buf, result.start, result.end, self.plan, head, mid, b'"' + tail, first,
+                           self._outs[0], b',"id":' + orjson.dumps(prefix + ":")[:-1])
         return memoryview(self._outs[0])[:n]
 
     def _envelope(self, source: dict, ts: int) -> list[bytes]:
-        """(head, mid, tail) of :func:`textrows.lines` for these rows' change lines."""
+        """(head, mid, tail) of :func:`textrows.lines` for these rows' change lines, less their ``id``."""
         head, mid, tail = _split_line({"op": "read", "schema": self.info.schema, "table": self.info.table,
                                        "before": None, "after": orjson.Fragment(b"\0"), "ts": ts,
                                        "source": {**source, "row": orjson.Fragment(b"\0")}})
         return [head, mid, tail + b"\n"]
 
-    def changes(self, result: ResultRows, source: dict, ts: int, first: int) -> list[dict]:
+    def changes(self, result: ResultRows, source: dict, ts: int, first: int, prefix: str) -> list[dict]:
         """The rows of :meth:`fetch` as ``op: "read"`` change dicts whose ``after`` is an
-        :class:`orjson.Fragment` of the row's JSON, with ``source`` plus ``row`` (from ``first``)."""
+        :class:`orjson.Fragment` of the row's JSON, with ``source`` plus ``row`` (from ``first``) and ``id``
+        (``<prefix>:<row>``)."""
         schema, table, fragment = self.info.schema, self.info.table, orjson.Fragment
         objects = textrows.lines(result.buf, result.start, result.end, self.plan, b"", None, b"\n", 0)
         return [{"op": "read", "schema": schema, "table": table, "before": None, "after": fragment(text),
-                 "ts": ts, "source": {**source, "row": index}}
+                 "ts": ts, "source": {**source, "row": index, "id": f"{prefix}:{index}"}}
                 for index, text in enumerate(objects.split(b"\n")[:-1], first)]
-
-    async def read(self, conn, after: list | None, limit: int | None, source: dict, ts: int,
-                   first: int) -> tuple[list[dict], list | None]:
-        """The chunk after key ``after`` (None: from the start) of at most ``limit`` rows (None: all) as
-        ``op: "read"`` change dicts whose ``after`` is an :class:`orjson.Fragment` of the row's JSON, ``source``
-        plus ``row`` (from ``first``); and the chunk's last key (None when it is empty or there is no key).
-
-        Raises:
-            pymysql.err.Error: the server's error, or the connection's.
-        """
-        result, last = await self.fetch(conn, after, limit)
-        return self.changes(result, source, ts, first), last

@@ -12,9 +12,10 @@ PyDoc_STRVAR(module_doc,
 "OP_JSON) and text in charsets other than UTF-8 are written from their Python value: None,\n"
 "bool, int and str in C, floats by orjson.dumps, anything else with dumps(value).\n"
 "\n"
-"rows(first, second, data, pre, mid, post, sep, index_end) -> (bytes, rows): every row of data, each\n"
-"written as pre + first image [+ mid + second image, when second is not None] + post, then\n"
-"(when index_end is not None) the row's index from 0 in decimal and index_end; sep between rows;\n"
+"rows(first, second, data, pre, mid, post, sep, index_end[, again]) -> (bytes, rows): every row of data,\n"
+"each written as pre + first image [+ mid + second image, when second is not None] + post, then\n"
+"(when index_end is not None) the row's index from 0 in decimal [+ again + the index again] and\n"
+"index_end; sep between rows;\n"
 "rows: how many rows (update pairs) there were.\n"
 "scalar(value) -> bytes writes None, a bool, an int, a float or a str as the rows hold them.\n"
 "Every read is bounded: short or overrunning data raises\n"
@@ -522,18 +523,20 @@ static PyObject *
 rows(PyObject *module, PyObject *args)
 {
     Image *first;
-    PyObject *second, *index_end;
+    PyObject *second, *index_end, *again = Py_None;
     Py_buffer data, pre, mid, post, sep;
     Out o = {NULL, 0, 0};
     PyObject *result = NULL;
 
     (void)module;
-    if (!PyArg_ParseTuple(args, "O!Oy*y*y*y*y*O:rows", &ImageType, &first, &second, &data, &pre, &mid, &post,
-                          &sep, &index_end))
+    if (!PyArg_ParseTuple(args, "O!Oy*y*y*y*y*O|O:rows", &ImageType, &first, &second, &data, &pre, &mid, &post,
+                          &sep, &index_end, &again))
         return NULL;
     if ((second != Py_None && !PyObject_TypeCheck(second, &ImageType))
-            || (index_end != Py_None && !PyBytes_Check(index_end))) {
-        PyErr_SetString(PyExc_TypeError, "rows: second must be an Image or None, index_end bytes or None");
+            || (index_end != Py_None && !PyBytes_Check(index_end))
+            || (again != Py_None && (index_end == Py_None || !PyBytes_Check(again)))) {
+        PyErr_SetString(PyExc_TypeError, "rows: second must be an Image or None, index_end bytes or None, "
+                        "again bytes (with index_end) or None");
         goto done;
     }
     Buf b = {data.buf, data.len, 0};
@@ -546,7 +549,9 @@ rows(PyObject *module, PyObject *args)
             goto done;
         if (put(&o, post.buf, post.len) < 0)
             goto done;
-        if (index_end != Py_None && (put_unsigned(&o, k) < 0 || put_bytes(&o, index_end) < 0))
+        if (index_end != Py_None && (put_unsigned(&o, k) < 0
+                                     || (again != Py_None && (put_bytes(&o, again) < 0 || put_unsigned(&o, k) < 0))
+                                     || put_bytes(&o, index_end) < 0))
             goto done;
         if (b.pos == start) {
             PyErr_SetString(EventDecodeError, second == Py_None
@@ -581,7 +586,7 @@ scalar(PyObject *module, PyObject *value)
 
 static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS,
-     PyDoc_STR("rows(first, second, data, pre, mid, post, sep, index_end) -> (bytes, rows) (see the module doc).")},
+     PyDoc_STR("rows(first, second, data, pre, mid, post, sep, index_end[, again]) -> (bytes, rows) (see the module doc).")},
     {"scalar", scalar, METH_O,
      PyDoc_STR("scalar(value) -> bytes: None, a bool, an int (64-bit), a float or a str as JSON, as the rows are.")},
     {NULL, NULL, 0, NULL},

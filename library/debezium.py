@@ -5,12 +5,16 @@ becomes the value payload that Debezium's MySQL connector writes with ``schemas.
 ``schema`` part, and the fields in the order of Debezium 2.6+:
 
 ``{"before", "after", "source": {"version", "connector": "mysql", "name", "ts_ms", "snapshot", "db",
-"sequence": null, "ts_us", "ts_ns", "table", "server_id", "gtid", "file", "pos", "row", "thread": null,
+"sequence": null, "ts_us", "ts_ns", "table", "server_id", "gtid", "file", "pos", "row", "id", "thread": null,
 "query": null}, "op", "ts_ms", "ts_us", "ts_ns", "transaction": null}``
+
+``source.id`` is binlogd's change identity (:mod:`library.identity`), which Debezium's envelope has no field for.
 
 ``op``: insert/update/delete/read become c/u/d/r. ``source.ts_*`` is the event's time (binlog header,
 whole seconds), the top-level ``ts_*`` the time binlogd wrote the change. ``before`` and ``after`` are
 binlogd's row objects unchanged (README.md's "Values" forms, not Debezium's numeric encodings).
+``json_diffs`` (binlogd's, :func:`library.serialize.split_json_diffs`) follows ``after`` in an update whose
+after image held partial JSON; Debezium has no field for it.
 
 Three ways in, the same bytes out (``tests/unit/test_debezium.py``): :func:`envelope` (a dict),
 :func:`debezium_json` (its JSON, from a change dict or a change's JSON bytes), and :func:`change_lines`
@@ -29,6 +33,7 @@ import orjson
 from binlogd.protocol import events as E
 
 from . import jsonrows
+from .identity import stream_prefix
 from .serialize import dumps
 
 FORMATS = ("binlogd", "debezium")
@@ -93,9 +98,13 @@ def envelope(change: dict, server_name: str = DEFAULT_SERVER_NAME, now_ns: int |
     except KeyError:
         raise ValueError(f"unknown change op {change['op']!r}") from None
     now_ns = time.time_ns() if now_ns is None else now_ns
+    diffs = change.get("json_diffs")
     source = _source(server_name, change["ts"], snapshot_text(src.get("snapshot")), change["schema"],
                      change["table"], src["server_id"], src["gtid"], src["file"], src["pos"])
-    source.update(row=src["row"], thread=None, query=None)
+    source.update(row=src["row"], id=src["id"], thread=None, query=None)
+    if diffs is not None:  # right after "after", where change_lines writes it
+        return {"before": change["before"], "after": change["after"], "json_diffs": diffs, "source": source,
+                "op": op, "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1_000, "ts_ns": now_ns, "transaction": None}
     return {"before": change["before"], "after": change["after"], "source": source, "op": op,
             "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1_000, "ts_ns": now_ns, "transaction": None}
 
@@ -118,8 +127,8 @@ def debezium_line(change: dict | bytes, server_name: str = DEFAULT_SERVER_NAME, 
     return debezium_json(change, server_name, now_ns) + b"\n"
 
 
-def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None, server_name: str = DEFAULT_SERVER_NAME,
-                 now_ns: int | None = None) -> tuple[bytes, int]:
+def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None, inner: int = 0,
+                 server_name: str = DEFAULT_SERVER_NAME, now_ns: int | None = None) -> tuple[bytes, int]:
     """Debezium's :func:`library.jsonrows.change_lines`: the envelope of every row of one rows event, one
     JSON line each (the bytes of ``debezium_line(change, server_name, now_ns)`` for each change of
     :func:`library.serialize.change_events`), and how many there are. One processing time for the event.
@@ -131,13 +140,14 @@ def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None, server_
     now_ns = time.time_ns() if now_ns is None else now_ns
     source = dumps(_source(server_name, h.timestamp, "false", event.schema, event.table, h.server_id, gtid,
                            file, h.pos))[:-1] + b',"row":'
-    tail = (b',"thread":null,"query":null},"op":"%s","ts_ms":%d,"ts_us":%d,"ts_ns":%d,"transaction":null}\n'
+    tail = (b'","thread":null,"query":null},"op":"%s","ts_ms":%d,"ts_us":%d,"ts_ns":%d,"transaction":null}\n'
             % (OPS[event.kind].encode(), now_ns // 1_000_000, now_ns // 1_000, now_ns))
+    again = jsonrows.id_opening(stream_prefix(file or "", h.pos, inner))
     if event.kind == "insert":
-        return jsonrows.rows_json(event, b'{"before":null,"after":', b"", b',"source":' + source, b"", tail)
+        return jsonrows.rows_json(event, b'{"before":null,"after":', b"", b',"source":' + source, b"", tail, again)
     if event.kind == "delete":
-        return jsonrows.rows_json(event, b'{"before":', b"", b',"after":null,"source":' + source, b"", tail)
-    return jsonrows.rows_json(event, b'{"before":', b',"after":', b',"source":' + source, b"", tail)
+        return jsonrows.rows_json(event, b'{"before":', b"", b',"after":null,"source":' + source, b"", tail, again)
+    return jsonrows.rows_json(event, b'{"before":', b',"after":', b',"source":' + source, b"", tail, again)
 
 
 def check_format(fmt: str) -> str:
@@ -164,8 +174,8 @@ def formatter(fmt: str = "binlogd", server_name: str = DEFAULT_SERVER_NAME) -> C
 
 
 def rows_writer(fmt: str = "binlogd", server_name: str = DEFAULT_SERVER_NAME
-                ) -> Callable[[E.RowsEvent, str | None, str | None], tuple[bytes, int]]:
-    """The function a sink gives ``(event, file, gtid)`` to get the JSON lines of a rows event's changes and
+                ) -> Callable[[E.RowsEvent, str | None, str | None, int], tuple[bytes, int]]:
+    """The function a sink gives ``(event, file, gtid, inner)`` to get the JSON lines of a rows event's changes and
     their count in format ``fmt``: :func:`library.jsonrows.change_lines` itself for "binlogd",
     :func:`change_lines` for "debezium". Lines end in ``\\n``; JSON never holds a raw newline, so
     ``lines.split(b"\\n")[:-1]`` gives one message per change.

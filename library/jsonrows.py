@@ -21,7 +21,8 @@ from binlogd.protocol import events as E
 from binlogd.protocol import rowcodec, speedups
 from binlogd.protocol.rows import RowImages
 
-from .serialize import dumps, event_to_dict
+from .identity import stream_prefix
+from .serialize import dumps, event_to_dict, has_json_diffs, split_json_diffs
 
 try:
     from binlogd.library import _jsonrows as C
@@ -71,12 +72,13 @@ def _native(images: RowImages) -> tuple | None:
 
 
 def rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: bytes = b"",
-              index_end: bytes | None = None) -> tuple[bytes, int]:
+              index_end: bytes | None = None, again: bytes | None = None) -> tuple[bytes, int]:
     """Every row of ``event`` as JSON, each framed by the caller's bytes, and how many rows there were.
 
     Row k (from 0) is ``pre + image + post`` for inserts and deletes and ``pre + before + mid +
     after + post`` for updates, followed by ``b"%d" % k + index_end`` unless ``index_end`` is
-    None, where each image is ``dumps`` of its row dict; ``sep`` goes between rows.
+    None (``b"%d" % k + again + b"%d" % k + index_end`` with ``again``), where each image is ``dumps``
+    of its row dict; ``sep`` goes between rows.
 
     Raises:
         EventDecodeError: malformed rows (the same error ``event.rows`` raises).
@@ -86,33 +88,47 @@ def rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: byte
         native = _native(images)
         if native is not None:
             try:
-                return C.rows(native[0], native[1], images.data, pre, mid, post, sep, index_end)
+                return C.rows(native[0], native[1], images.data, pre, mid, post, sep, index_end, again)
             except Exception:  # noqa: BLE001 - the reference path below raises the canonical error
                 pass
-    return reference_rows_json(event, pre, mid, post, sep, index_end)
+    return reference_rows_json(event, pre, mid, post, sep, index_end, again)
 
 
 def reference_rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: bytes = b"",
-                        index_end: bytes | None = None) -> tuple[bytes, int]:
-    """:func:`rows_json` from the row dicts (``event.rows``) and :func:`library.serialize.dumps`.
+                        index_end: bytes | None = None, again: bytes | None = None) -> tuple[bytes, int]:
+    """:func:`rows_json` from the row dicts (``event.rows``) and :func:`library.serialize.dumps`. (Only this
+    path writes PARTIAL_UPDATE_ROWS events: an after image's partial JSON columns are left out of it and
+    ``,"json_diffs":`` with their diffs (:func:`library.serialize.split_json_diffs`) follows it, before ``post``.)
 
     Raises:
         EventDecodeError: malformed rows.
     """
     out = []
+    partial = event.kind == "update" and has_json_diffs(event)
     for k, row in enumerate(event.rows):
-        if event.kind == "update":
+        if partial:  # the partial JSON columns leave the after image for json_diffs, which follows it
+            after, diffs = split_json_diffs(row[1])
+            text = pre + dumps(row[0]) + mid + dumps(after)
+            text += (b',"json_diffs":' + dumps(diffs) + post) if diffs else post
+        elif event.kind == "update":
             text = pre + dumps(row[0]) + mid + dumps(row[1]) + post
         else:
             text = pre + dumps(row) + post
-        out.append(text if index_end is None else text + b"%d" % k + index_end)
+        if index_end is not None:
+            text += b"%d" % k + (b"" if again is None else again + b"%d" % k) + index_end
+        out.append(text)
     return sep.join(out), len(out)
 
 
-def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None) -> tuple[bytes, int]:
+def id_opening(prefix: str) -> bytes:
+    """``"id":"<prefix>:`` as JSON (the row number and the closing quote follow)."""
+    return b',"id":' + dumps(prefix + ":")[:-1]
+
+
+def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None, inner: int = 0) -> tuple[bytes, int]:
     """The change events of one rows event as JSON lines, one per row, each ending in a newline (the
     bytes of ``dumps(change) + b"\\n"`` for each change of :func:`library.serialize.change_events`),
-    and how many there are.
+    and how many there are. ``inner``: the event's offset inside its TRANSACTION_PAYLOAD (0: none).
 
     Raises:
         EventDecodeError: malformed rows.
@@ -121,21 +137,37 @@ def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None) -> tupl
     head = dumps({"op": event.kind, "schema": event.schema, "table": event.table})[:-1] + b',"before":'
     tail = (b',"ts":' + dumps(h.timestamp) + b',"source":'
             + dumps({"server_id": h.server_id, "file": file, "pos": h.pos, "gtid": gtid})[:-1] + b',"row":')
+    again = id_opening(stream_prefix(file or "", h.pos, inner))
     if event.kind == "insert":
-        return rows_json(event, head + b'null,"after":', b"", tail, b"", b"}}\n")
+        return rows_json(event, head + b'null,"after":', b"", tail, b"", b'"}}\n', again)
     if event.kind == "delete":
-        return rows_json(event, head, b"", b',"after":null' + tail, b"", b"}}\n")
-    return rows_json(event, head, b',"after":', tail, b"", b"}}\n")
+        return rows_json(event, head, b"", b',"after":null' + tail, b"", b'"}}\n', again)
+    return rows_json(event, head, b',"after":', tail, b"", b'"}}\n', again)
 
 
 def images_json(event: E.RowsEvent) -> list[bytes]:
     """Each row image of ``event`` as JSON, in order (an update's before, then its after): the bytes of
-    ``dumps(image)`` for each row dict. (JSON text never holds a raw newline, which parts the images.)
+    ``dumps(image)`` for each row dict, an after image without its partial JSON columns (they are in
+    :func:`json_diffs_json`). (JSON text never holds a raw newline, which parts the images.)
 
     Raises:
         EventDecodeError: malformed rows.
     """
+    if event.kind == "update" and has_json_diffs(event):
+        return [dumps(image) for before, after in event.rows for image in (before, split_json_diffs(after)[0])]
     return rows_json(event, b"", b"\n", b"\n")[0].split(b"\n")[:-1]
+
+
+def json_diffs_json(event: E.RowsEvent) -> list[bytes | None]:
+    """Each row's ``json_diffs`` (:func:`library.serialize.split_json_diffs`) as JSON, None where the row
+    has none: one entry per row, all None unless ``event`` is a PARTIAL_UPDATE_ROWS event.
+
+    Raises:
+        EventDecodeError: malformed rows.
+    """
+    if event.kind != "update" or not has_json_diffs(event):
+        return [None] * len(event.rows)
+    return [None if diffs is None else dumps(diffs) for diffs in (split_json_diffs(a)[1] for _, a in event.rows)]
 
 
 def event_json(event: E.Event, file: str | None = None, next_pos: int | None = None) -> bytes:

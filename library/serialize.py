@@ -13,8 +13,12 @@ from decimal import Decimal
 import orjson
 
 from binlogd.protocol import events as E
+from binlogd.protocol.constants import EventType
+from binlogd.protocol.jsonb import JsonDiffs
 from binlogd.protocol.records import fields
 from binlogd.protocol.tablemap import Column
+
+from .identity import stream_prefix
 
 _SKIP = {"header", "_decode", "_cache", "events", "statement", "_text"}
 
@@ -51,9 +55,47 @@ def column_to_dict(col: Column) -> dict:
     return out
 
 
+_PARTIAL_UPDATE = int(EventType.PARTIAL_UPDATE_ROWS)
+_DIFF_OPS = {"REPLACE": "replace", "INSERT": "insert", "REMOVE": "remove"}
+
+
+def has_json_diffs(event: E.RowsEvent) -> bool:
+    """Whether the event's after images may hold :class:`protocol.jsonb.JsonDiffs` (a PARTIAL_UPDATE_ROWS event)."""
+    return event.header.type_code == _PARTIAL_UPDATE
+
+
+def split_json_diffs(after: dict) -> tuple[dict, dict | None]:
+    """An after image without its partially updated JSON columns, and their diffs.
+
+    Returns ``(after, None)`` when no column holds diffs, else a new image without them and
+    ``{column: [{"op": "replace"|"insert"|"remove", "path", "value"}, …]}`` (no ``value`` for "remove"),
+    the diffs in the order they apply to the column's value before the update.
+    """
+    if not any(type(v) is JsonDiffs for v in after.values()):
+        return after, None
+    image, diffs = {}, {}
+    for key, value in after.items():
+        if type(value) is JsonDiffs:
+            diffs[key] = [{"op": _DIFF_OPS[d.op], "path": d.path} if d.op == "REMOVE" else
+                          {"op": _DIFF_OPS[d.op], "path": d.path, "value": d.value} for d in value]
+        else:
+            image[key] = value
+    return image, diffs
+
+
 def rows_to_json(event: E.RowsEvent) -> list:
-    """WRITE/DELETE rows as ``{column: value}``; UPDATE rows as ``{"before": …, "after": …}``."""
+    """WRITE/DELETE rows as ``{column: value}``; UPDATE rows as ``{"before": …, "after": …}``, and
+    ``"json_diffs"`` after them when the after image held partial JSON (:func:`split_json_diffs`)."""
     if event.kind == "update":
+        if has_json_diffs(event):
+            out = []
+            for before, after in event.rows:
+                image, diffs = split_json_diffs(after)
+                row = {"before": before, "after": image}
+                if diffs:
+                    row["json_diffs"] = diffs
+                out.append(row)
+            return out
         return [{"before": before, "after": after} for before, after in event.rows]
     return event.rows
 
@@ -106,20 +148,32 @@ def flatten(event: E.Event):
         yield from event.events
 
 
-def change_events(event: E.RowsEvent, file: str | None, gtid: str | None):
+def change_events(event: E.RowsEvent, file: str | None, gtid: str | None, inner: int = 0):
     """The change events (ARCHITECTURE.md's change-event contract) of one rows event, one per row.
 
-    Yields dicts with op, schema, table, before, after, ts and source
-    (server_id, file, pos, gtid, row); ``source.pos`` is the rows event's position.
+    Yields dicts with op, schema, table, before, after, json_diffs (only when the update's after image
+    held partial JSON: :func:`split_json_diffs`), ts and source (server_id, file, pos, gtid, row, id);
+    ``source.pos`` is the rows event's position, ``inner`` its offset inside its TRANSACTION_PAYLOAD (0:
+    none), ``source.id`` the change's identity (:mod:`library.identity`).
     """
     h = event.header
     base = {"server_id": h.server_id, "file": file, "pos": h.pos, "gtid": gtid}
+    prefix = stream_prefix(file or "", h.pos, inner)
+    partial = event.kind == "update" and has_json_diffs(event)
     for index, row in enumerate(event.rows):
+        diffs = None
         if event.kind == "update":
             before, after = row
+            if partial:
+                after, diffs = split_json_diffs(after)
         elif event.kind == "insert":
             before, after = None, row
         else:
             before, after = row, None
+        if diffs:
+            yield {"op": event.kind, "schema": event.schema, "table": event.table, "before": before,
+                   "after": after, "json_diffs": diffs, "ts": h.timestamp,
+                   "source": {**base, "row": index, "id": f"{prefix}:{index}"}}
+            continue
         yield {"op": event.kind, "schema": event.schema, "table": event.table, "before": before,
-               "after": after, "ts": h.timestamp, "source": {**base, "row": index}}
+               "after": after, "ts": h.timestamp, "source": {**base, "row": index, "id": f"{prefix}:{index}"}}

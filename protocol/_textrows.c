@@ -5,8 +5,9 @@
  * scan(buf, pos): walks the whole rows (a row of 16 MiB or more spans several packets) from pos; returns
  *   (pos, rows, last, done): where it stopped, how many rows it walked, where the last one starts (-1: none),
  *   and why it stopped: 0 the next row is not whole in buf, 1 an EOF packet starts at pos, 2 an ERR packet.
- * lines(buf, start, end, plan, head, mid, tail, first[, into]): the rows from start to end as JSON bytes; with
- *   a bytearray into, written at its start (it grows when too short, never shrinks) and their length returned.
+ * lines(buf, start, end, plan, head, mid, tail, first[, into[, again]]): the rows from start to end as JSON bytes;
+ *   with a bytearray into, written at its start (it grows when too short, never shrinks) and their length
+ *   returned; with again, the row's number is written twice, again between.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -835,15 +836,23 @@ put_row(Out *o, const Plan *plan, const unsigned char *p, Py_ssize_t n, Py_ssize
     return put(o, "}", 1);
 }
 
+/* A row number in decimal, with its sign. */
+static int
+put_row_number(Out *o, long long row)
+{
+    return row < 0 ? (put(o, "-", 1) < 0 || put_uint(o, (uint64_t)0 - (uint64_t)row) < 0 ? -1 : 0)
+                   : put_uint(o, (uint64_t)row);
+}
+
 static PyObject *
 lines(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer view, kinds;
     Py_ssize_t start, end;
-    PyObject *plan_t, *head, *mid, *tail, *names, *calls, *dumps, *into = Py_None;
+    PyObject *plan_t, *head, *mid, *tail, *names, *calls, *dumps, *into = Py_None, *again = Py_None;
     long long first;
-    if (!PyArg_ParseTuple(args, "y*nnOSOSL|O:lines", &view, &start, &end, &plan_t, &head, &mid, &tail, &first,
-                          &into))
+    if (!PyArg_ParseTuple(args, "y*nnOSOSL|OO:lines", &view, &start, &end, &plan_t, &head, &mid, &tail, &first,
+                          &into, &again))
         return NULL;
     PyObject *result = NULL;
     Out o = {NULL, 0, NULL, 0, 0, 0, NULL, NULL, 0};
@@ -878,8 +887,8 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
     }
     if ((plan.fast_double = calibrate(dumps)) < 0)
         goto done;
-    if (mid != Py_None && !PyBytes_Check(mid)) {
-        PyErr_SetString(PyExc_TypeError, "lines: mid must be bytes or None");
+    if ((mid != Py_None && !PyBytes_Check(mid)) || (again != Py_None && (mid == Py_None || !PyBytes_Check(again)))) {
+        PyErr_SetString(PyExc_TypeError, "lines: mid must be bytes or None, again bytes (with mid) or None");
         goto done;
     }
     if (start < 0 || end > view.len || start > end) {
@@ -894,7 +903,7 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
      * column calls Python for each value; the rare value that needs Python takes it back (hold/drop). Every
      * object used is held by the arguments, and the buffer's export keeps it from resizing. */
     Py_ssize_t rows_guess = 0, per_row = PyBytes_GET_SIZE(head) + PyBytes_GET_SIZE(tail) + 24
-        + (mid != Py_None ? PyBytes_GET_SIZE(mid) : 0) + 2;
+        + (mid != Py_None ? PyBytes_GET_SIZE(mid) : 0) + (again != Py_None ? PyBytes_GET_SIZE(again) + 24 : 0) + 2;
     for (Py_ssize_t k = 0; k < plan.ncols; k++)
         per_row += PyBytes_GET_SIZE(PyTuple_GET_ITEM(names, k)) + 1;
     for (Py_ssize_t q = start; q < end && row_at(b, q, end, &next, &size, &multi); q = next)
@@ -934,8 +943,10 @@ lines(PyObject *Py_UNUSED(self), PyObject *args)
         if (mid != Py_None) {
             if (put(&o, PyBytes_AS_STRING(mid), PyBytes_GET_SIZE(mid)) < 0)
                 goto loop_done;
-            if (row < 0 ? put(&o, "-", 1) < 0 || put_uint(&o, (uint64_t)0 - (uint64_t)row) < 0
-                        : put_uint(&o, (uint64_t)row) < 0)
+            if (put_row_number(&o, row) < 0)
+                goto loop_done;
+            if (again != Py_None && (put(&o, PyBytes_AS_STRING(again), PyBytes_GET_SIZE(again)) < 0
+                                     || put_row_number(&o, row) < 0))
                 goto loop_done;
         }
         if (put(&o, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail)) < 0)
@@ -1003,7 +1014,7 @@ double_json(PyObject *Py_UNUSED(self), PyObject *args)
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "scan(buf, pos) -> (pos, rows, last, done): see protocol/textrows.py"},
     {"lines", lines, METH_VARARGS,
-     "lines(buf, start, end, plan, head, mid, tail, first[, into]) -> bytes or length: see protocol/textrows.py"},
+     "lines(buf, start, end, plan, head, mid, tail, first[, into[, again]]) -> bytes or length: see protocol/textrows.py"},
     {"load_powers", load_powers, METH_O,
      "load_powers(table): 10^e for -342 <= e <= 308 as 128-bit mantissas rounded down, each 16 bytes: the "
      "high then the low 64 bits, little-endian (the fast DOUBLE parse; without it strtod does all)"},

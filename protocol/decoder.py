@@ -478,14 +478,16 @@ class Decoder:
             raw = bytes(payload)
         else:
             raise EventDecodeError(f"TRANSACTION_PAYLOAD compression type {compression} is unknown")
-        inner = self._inner_events(raw, header.pos)
-        return E.TransactionPayloadEvent(header, compression, fields.get(1, len(payload)), len(raw), tuple(inner))
+        inner, offsets = self._inner_events(raw, header.pos)
+        return E.TransactionPayloadEvent(header, compression, fields.get(1, len(payload)), len(raw), tuple(inner),
+                                         tuple(offsets))
 
-    def _inner_events(self, raw: bytes, pos: int) -> list[E.Event]:
-        """Events inside a payload carry no checksums; each keeps the payload's position."""
+    def _inner_events(self, raw: bytes, pos: int) -> tuple[list[E.Event], list[int]]:
+        """The events inside a payload and their offsets in it. They carry no checksums; each keeps the
+        payload's position."""
         saved, self.checksum_alg = self.checksum_alg, None
         try:
-            out, off, view = [], 0, memoryview(raw)
+            out, offsets, off, view = [], [], 0, memoryview(raw)
             while off < len(view):
                 inner = self.decode_header(view[off:], pos)
                 if inner.type_code in _NOT_IN_PAYLOAD:
@@ -494,8 +496,9 @@ class Decoder:
                 if off + length > len(view):
                     raise EventDecodeError(f"event inside TRANSACTION_PAYLOAD runs past its end (inner offset {off})")
                 out.append(self.decode(view[off:off + length], pos))
+                offsets.append(off)
                 off += length
-            return out
+            return out, offsets
         finally:
             self.checksum_alg = saved
 

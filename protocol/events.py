@@ -290,12 +290,14 @@ class TransactionPayloadEvent(Event):
         compression: 0 = zstd, 255 = none.
         payload_size / uncompressed_size: byte counts.
         events: the inner events, decoded, in order.
+        offsets: where each inner event starts in the uncompressed payload (a change's identity names it).
     """
 
     compression: int
     payload_size: int
     uncompressed_size: int
     events: tuple[Event, ...]
+    offsets: tuple[int, ...] = ()
 
 
 @record(slots=True)

@@ -70,10 +70,11 @@ def scan(buf, pos: int) -> tuple[int, int, int, int]:
 
 
 def lines(buf, start: int, end: int, plan: Plan, head: bytes, mid: bytes | None, tail: bytes, first: int,
-          into: bytearray | None = None) -> bytes | int:
+          into: bytearray | None = None, again: bytes | None = None) -> bytes | int:
     """The rows of ``buf[start:end]`` (whole row packets, as :func:`scan` walks them) as JSON: per row
     ``head``, the object ``{"name": value, ...}``, then (unless ``mid`` is None) ``mid`` and the row's number
-    (``first``, ``first + 1``, ...), then ``tail``. With ``into``, written at the start of that bytearray
+    (``first``, ``first + 1``, ...), with ``again`` (bytes, only with ``mid``) that number a second time after
+    ``again``, then ``tail``. With ``into``, written at the start of that bytearray
     (which grows when too short and never shrinks, so that its memory serves again) and their length returned.
 
     Raises:
@@ -83,6 +84,8 @@ def lines(buf, start: int, end: int, plan: Plan, head: bytes, mid: bytes | None,
     """
     if not (0 <= start <= end <= len(buf)):
         raise ValueError("lines: start and end are outside the buffer")
+    if again is not None and mid is None:
+        raise TypeError("lines: mid must be bytes or None, again bytes (with mid) or None")
     out = []
     pos, row = start, first
     while pos < end:
@@ -94,6 +97,8 @@ def lines(buf, start: int, end: int, plan: Plan, head: bytes, mid: bytes | None,
         out.append(_row(plan, payload(buf, pos, nxt), pos))
         if mid is not None:
             out.append(mid + str(row).encode())
+            if again is not None:
+                out.append(again + str(row).encode())
         out.append(tail)
         row += 1
         pos = nxt

@@ -30,6 +30,7 @@ class Sink:
     one sync at a time, while later transactions and flushes go on; ``close`` when no sync runs.
 
     Fields:
+        commits_position: True when the sink commits the checkpoint with its data (:meth:`remote_checkpoint`).
         wants_rows: False when the sink never looks at row values: the daemon then decodes
             with ``Decoder(rows=False)``, so rows events arrive as
             :class:`protocol.events.UndecodedRowsEvent` and TABLE_MAP, ANNOTATE_ROWS and
@@ -37,6 +38,7 @@ class Sink:
     """
 
     wants_rows = True
+    commits_position = False
 
     def open(self, state: dict | None) -> None:
         """Prepare to write; ``state`` is what the last durable ``commit`` returned (None at first start).
@@ -58,18 +60,31 @@ class Sink:
     def change(self, change: dict) -> None:
         """One row change (ARCHITECTURE.md's change-event shape) of the current transaction."""
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
         """The row changes of one rows event of the current transaction (``file`` and ``gtid``: where it
-        is in the primary's log); returns how many. The default gives each one to :meth:`change`;
-        sinks that write JSON lines take them as bytes (:func:`library.jsonrows.change_lines`).
+        is in the primary's log; ``inner``: its offset inside its TRANSACTION_PAYLOAD, 0 outside one);
+        returns how many. The default gives each one to :meth:`change`; sinks that write JSON lines take
+        them as bytes (:func:`library.jsonrows.change_lines`).
 
         Raises:
             EventDecodeError: malformed rows (nothing of the event was written).
         """
-        changes = list(change_events(event, file, gtid))
+        changes = list(change_events(event, file, gtid, inner))
         for change in changes:
             self.change(change)
         return len(changes)
+
+    def over(self) -> bool:
+        """True when the sink holds more than it may before the broker takes it: the caller then awaits
+        :meth:`room` before it hands over more (the default never is)."""
+        return False
+
+    async def room(self) -> None:
+        """Return once :meth:`over` is no longer true.
+
+        Raises:
+            SinkError: the sink failed, or the broker took nothing for too long.
+        """
 
     def flush(self) -> dict:
         """Hand everything received so far on to storage (``write(2)``, a producer's send) and return
@@ -117,20 +132,8 @@ class Sink:
 
     def remote_checkpoint(self):
         """The checkpoint the sink's own store committed with the data (read by :meth:`open`), or None when
-        it keeps none (the default)."""
+        it keeps none (the default). The daemon resumes from it (daemon/resumerule.py)."""
         return None
-
-    def start_checkpoint(self, local, log=None):
-        """Where the daemon starts, after :meth:`open`: the sink's :meth:`remote_checkpoint` when it keeps
-        one (logged on ``log`` when the local checkpoint ``local`` disagrees), else ``local``."""
-        remote = self.remote_checkpoint()
-        if remote is None:
-            return local
-        if log is not None and (local is None or local.position != remote.position):
-            at = f"{local.position.file}:{local.position.pos}" if local is not None else "none"
-            log.warning("the sink's committed position %s:%d wins over the local checkpoint's (%s)",
-                        remote.position.file, remote.position.pos, at)
-        return remote
 
     def close(self) -> None:
         """Release files and buffers (without committing)."""

@@ -12,8 +12,10 @@ checkpoint (Redis MULTI/EXEC, or a Lua script for staged entries; a PostgreSQL C
 EXEC's reply read) while the next one's pieces go out: by the next commit, or when the queue is empty, or once
 CONFIRM_SECONDS old.
 
-Memory stays bounded: at most :data:`PENDING_BYTES` of handed-over, unwritten pieces; past it the consumer
-waits (at most :data:`WAIT_SECONDS`, then a retryable SinkError). A worker error is kept and raised by the
+Memory stays bounded: at most :data:`PENDING_BYTES` of handed-over, unwritten pieces (and the piece that
+passed it); past it the consumer awaits :meth:`BusSink.room` (at most :data:`WAIT_SECONDS`, then a retryable
+SinkError), and the daemon's event loop goes on meanwhile: no call of the sink on it waits for the broker
+(the daemon opens and closes the sink in a worker thread). A worker error is kept and raised by the
 next call on the consumer side or by ``sync``; the daemon then reopens the sink, which rolls back whatever
 the broker did not commit.
 
@@ -32,6 +34,7 @@ import time
 from urllib.parse import urlsplit
 
 from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
+from binlogd.library.identity import boundary_key, order_key, stream_prefix
 from binlogd.protocol.events import RowsEvent
 
 from .base import Sink, SinkError
@@ -40,14 +43,8 @@ PIECE_BYTES = 1 << 20     # a piece handed to the worker is about this big at mo
 PENDING_BYTES = 32 << 20  # handed to the worker and not yet written: the consumer waits above this
 WAIT_SECONDS = 60.0       # longest wait for the broker (open, a write, a commit) before a retryable SinkError
 CONFIRM_SECONDS = 0.25    # a commit left in flight (Redis) is confirmed before the next op once this old
+_ROOM_POLL = 0.005        # how often a consumer waiting for room looks again
 EXIT_UNREACHABLE, EXIT_AUTH, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT = 4, 3, 6, 7, 8  # README, "Exit codes"
-_INF = float("inf")
-
-
-def position_key(file: str, pos: int, row: float = -1) -> tuple:
-    """A sort key of a change's place in one server's binlog: (file number, file, pos, row)."""
-    stem, _, number = file.rpartition(".")
-    return (int(number) if number.isdigit() else -1, stem, pos, row)
 
 
 def redact(url: str) -> str:
@@ -72,6 +69,7 @@ class BusSink(Sink):
     """
 
     KIND = "bus"
+    commits_position = True
 
     def __init__(self, url: str, max_change_bytes: int, format: str = "binlogd",
                  server_name: str = DEFAULT_SERVER_NAME):
@@ -92,7 +90,7 @@ class BusSink(Sink):
         self._target = 0            # the mark begin_sync handed to sync
         self._committed = 0         # the last mark the worker committed (under _cond)
         self._failed: SinkError | None = None  # the worker's error (under _cond)
-        self._skip: tuple | None = None        # changes at or before this key were delivered already
+        self._skip: tuple | None = None        # changes whose order_key is at or before this are in the broker
         self._floor: tuple | None = None       # the broker's checkpoint position: never written back below it
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
@@ -105,34 +103,37 @@ class BusSink(Sink):
 
     def change(self, change: dict) -> None:
         src = change.get("source") or {}
-        file, pos, row = src.get("file") or "", src.get("pos") or 0, src.get("row") or 0
-        if self._skip is not None and position_key(file, pos, row) <= self._skip:
-            return
-        meta = (change.get("schema"), change.get("table"), file, pos, row, src.get("gtid"), change.get("op"),
-                src.get("server_id"))
+        prefix, _, row = src["id"].rpartition(":")
+        if self._skip is not None:
+            key = order_key(src["id"])
+            if key <= self._skip:
+                return
+            self._skip = None  # the stream is past what the broker holds
+        meta = (change.get("schema"), change.get("table"), src.get("file") or "", src.get("pos") or 0, int(row),
+                src.get("gtid"), change.get("op"), src.get("server_id"), prefix)
         self._add(meta, self._payload(change) + b"\n", 1)
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
         if getattr(self._payload, "__func__", None) is not BusSink._payload:  # a subclass changed the payloads
-            return super().rows(event, file, gtid)
-        lines, n = self._lines(event, file, gtid)
-        h, row0 = event.header, 0
+            return super().rows(event, file, gtid, inner)
+        lines, n = self._lines(event, file, gtid, inner)
+        h, row0, prefix = event.header, 0, stream_prefix(file, event.header.pos, inner)
         if self._skip is not None:
-            lines, row0 = self._unskipped(file, h.pos, lines, n)
+            lines, row0 = self._unskipped(prefix, lines, n)
         if lines:
-            self._add((event.schema, event.table, file, h.pos, row0, gtid, event.kind, h.server_id), lines, n - row0)
+            self._add((event.schema, event.table, file, h.pos, row0, gtid, event.kind, h.server_id, prefix), lines,
+                      n - row0)
         return n
 
-    def _unskipped(self, file: str, pos: int, lines: bytes, n: int) -> tuple[bytes, int]:
-        """The lines of a rows event's n changes at ``file``:``pos`` that come after :attr:`_skip`, and the
+    def _unskipped(self, prefix: str, lines: bytes, n: int) -> tuple[bytes, int]:
+        """The lines of a rows event's n changes (ids ``<prefix>:<row>``) that come after :attr:`_skip`, and the
         first one's row (b"" when none does); clears ``_skip`` once the stream is past it."""
-        skip = self._skip
-        if position_key(file, pos, n - 1) <= skip:
+        skip, base = self._skip, order_key(prefix + ":0")[:-1]
+        if base + (n - 1,) <= skip:
             return b"", n
-        if position_key(file, pos, _INF) > skip:
-            self._skip = None  # the stream is past what the broker holds
+        self._skip = None  # the stream is past what the broker holds
         row0, cut = 0, 0
-        while position_key(file, pos, row0) <= skip:  # the broker holds this event's first rows (NATS)
+        while base + (row0,) <= skip:  # the broker holds this event's first rows (NATS)
             row0, cut = row0 + 1, lines.index(b"\n", cut) + 1
         return lines[cut:], row0
 
@@ -140,7 +141,8 @@ class BusSink(Sink):
         """Append the block ``(meta, lines, n)`` to the piece, and hand the piece over once PIECE_BYTES big.
 
         Args:
-            meta: (schema, table, file, pos, row0, gtid, op, server_id); the block's rows are row0 .. row0 + n - 1.
+            meta: (schema, table, file, pos, row0, gtid, op, server_id, prefix); the block's rows are row0 .. row0 +
+                n - 1, their ids ``<prefix>:<row>`` (:mod:`library.identity`).
             lines: the n changes' messages, each ending in b"\\n".
         Raises:
             SinkError: (fatal, exit 7) a message is over max_change_bytes; nothing of the block was added.
@@ -150,6 +152,7 @@ class BusSink(Sink):
                 if len(payload) > self.max_change_bytes:
                     schema, table, file, pos, row0 = meta[:5]
                     raise SinkError(f"{self.name}: the change to {schema}.{table} at {file}:{pos} row {row0 + row} "
+                                    f"(id {meta[8]}:{row0 + row}) "
                                     f"is {len(payload)} bytes, over the limit of {self.max_change_bytes} "
                                     f"({self._limit_name()})", fatal=True, exit_code=EXIT_DATA)
         self._piece.append((meta, lines, n))
@@ -201,7 +204,7 @@ class BusSink(Sink):
 
     def flushed(self, checkpoint) -> None:
         self._mark += 1
-        key = position_key(checkpoint.position.file or "", checkpoint.position.pos)
+        key = boundary_key(checkpoint.position.file or "", checkpoint.position.pos)
         body = None if self._floor is not None and key < self._floor else checkpoint.to_bytes()
         self._submit(("mark", self._mark, body), 0)
 
@@ -263,18 +266,27 @@ class BusSink(Sink):
             raise self._error_of(exc) from exc
 
     def _submit(self, op: tuple, size: int) -> None:
-        """Queue ``op`` for the worker (waiting while too much is pending)."""
-        deadline = time.monotonic() + WAIT_SECONDS
+        """Queue ``op`` for the worker (never waits: the consumer awaits :meth:`room` when :meth:`over`)."""
         with self._cond:
-            while self._failed is None and self._pending > PENDING_BYTES:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SinkError(f"{self.name}: the broker took no writes for {WAIT_SECONDS:.0f}s")
-                self._cond.wait(left)
             if self._failed is not None:
                 raise self._copy(self._failed)
             self._pending += size
         self._loop.call_soon_threadsafe(self._queue.put_nowait, op)
+
+    def over(self) -> bool:
+        return self._pending > PENDING_BYTES
+
+    async def room(self) -> None:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:
+            with self._cond:
+                if self._failed is not None:
+                    raise self._copy(self._failed)
+                if self._pending <= PENDING_BYTES:
+                    return
+            if time.monotonic() > deadline:
+                raise SinkError(f"{self.name}: the broker took no writes for {WAIT_SECONDS:.0f}s")
+            await asyncio.sleep(_ROOM_POLL)
 
     async def _drain(self) -> None:
         """The worker: apply the queued ops in order; after an error, drop them. A commit that
@@ -339,7 +351,7 @@ class BusSink(Sink):
 
     async def _write(self, piece: list) -> None:
         """Write one piece, uncommitted: a list of blocks (meta, lines, n), each n changes' messages ending
-        in b"\\n" (meta: (schema, table, file, pos, row0, gtid, op, server_id); rows row0 .. row0 + n - 1)."""
+        in b"\\n" (meta: as :meth:`_add` takes it)."""
         raise NotImplementedError
 
     async def _commit(self, checkpoint: bytes | None) -> bool | None:
@@ -362,12 +374,11 @@ class BusSink(Sink):
         return SinkError(f"{self.name}: {exc}")
 
     def _use_checkpoint(self, checkpoint) -> None:
-        """After reading the broker's ``checkpoint`` (a Checkpoint or None): resume, skip and floor from it."""
+        """After reading the broker's ``checkpoint`` (a Checkpoint or None): the daemon resumes from it
+        (:meth:`remote_checkpoint`), and no older one is written back."""
         self.remote = checkpoint
         if checkpoint is not None and checkpoint.position.file:
-            key = position_key(checkpoint.position.file, checkpoint.position.pos)
-            self._floor = key
-            self._skip = (key[0], key[1], checkpoint.position.pos - 1, _INF)
+            self._floor = boundary_key(checkpoint.position.file, checkpoint.position.pos)
 
 
-__all__ = ["BusSink", "position_key", "redact"]
+__all__ = ["BusSink", "redact"]

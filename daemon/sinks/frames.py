@@ -44,16 +44,15 @@ def py_redis_xadds(head: bytes, lines: bytes, n: int) -> bytes:
     return b"".join(out)
 
 
-def py_nats_hpubs(subject: bytes, sid: int, file: bytes, pos: int, row0: int, seq0: int, lines: bytes,
-                  n: int) -> bytes:
+def py_nats_hpubs(subject: bytes, sid: int, prefix: bytes, row0: int, seq0: int, lines: bytes, n: int) -> bytes:
     """Per line i, ``HPUB <subject> <header bytes> <total bytes>`` with headers ``Nats-Msg-Id:
-    <sid>:<file>:<pos>:<row>``, ``Binlogd-Source: <file>:<pos>:<row>`` and ``Nats-Expected-Last-Sequence:
-    <seq>``, where row = row0 + i and seq = seq0 + i."""
+    <sid>:<prefix>:<row>``, ``Binlogd-Source: <prefix>:<row>`` (the change's id, :mod:`library.identity`) and
+    ``Nats-Expected-Last-Sequence: <seq>``, where row = row0 + i and seq = seq0 + i."""
     out = []
     for i, payload in enumerate(_payloads(lines, n)):
         row = row0 + i
-        headers = (b"NATS/1.0\r\nNats-Msg-Id: %d:%b:%d:%d\r\nBinlogd-Source: %b:%d:%d\r\n"
-                   b"Nats-Expected-Last-Sequence: %d\r\n\r\n" % (sid, file, pos, row, file, pos, row, seq0 + i))
+        headers = (b"NATS/1.0\r\nNats-Msg-Id: %d:%b:%d\r\nBinlogd-Source: %b:%d\r\n"
+                   b"Nats-Expected-Last-Sequence: %d\r\n\r\n" % (sid, prefix, row, prefix, row, seq0 + i))
         out.append(b"HPUB %b %d %d\r\n%b%b\r\n" % (subject, len(headers), len(headers) + len(payload), headers,
                                                      payload))
     return b"".join(out)

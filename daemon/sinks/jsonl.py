@@ -148,8 +148,8 @@ class JsonLinesSink(Sink):
         if job is not None:
             _result(job, f"cannot write {self._path(self._index)}")
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
-        lines, n = self._lines(event, file, gtid)
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
+        lines, n = self._lines(event, file, gtid, inner)
         self._wait_write()
         try:
             self._fh.write(lines)

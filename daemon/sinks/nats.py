@@ -1,26 +1,34 @@
 """NATS JetStream sink: one message per change on ``binlogd.{schema}.{table}``, in a stream with file storage.
 
-Each message carries the headers ``Nats-Msg-Id`` (``<server_id>:<file>:<pos>:<row>``, stable across
-re-sends: the server drops a duplicate within the stream's duplicate window), ``Binlogd-Source``
-(``<file>:<pos>:<row>``) and ``Nats-Expected-Last-Sequence`` (the stream's sequence before it: the
-server refuses a message that does not follow the one before it, so what the stream holds of our
-messages is always an unbroken prefix of what was sent). Only the last message of each piece asks for an
-ack: the stream takes one connection's messages in order, and by the chain of expected sequences an ack
-of sequence N proves that every message before it is stored too (one refused or lost message makes every
-later one refused). A mark (a commit) waits for those acks; only then may the daemon's local checkpoint
-move. ``open`` reads the stream's last message: changes at or
-before its ``Binlogd-Source`` are delivered and are skipped when read again, however long ago.
+Each message carries the headers ``Nats-Msg-Id`` (``<server_id>:<change id>``, stable across re-sends: the
+server drops a duplicate within the stream's duplicate window), ``Binlogd-Source`` (the change's id,
+:mod:`library.identity`) and ``Nats-Expected-Last-Sequence`` (the stream's sequence before it: the server
+refuses a message that does not follow the one before it, so what the stream holds of our messages is always an
+unbroken prefix of what was sent). Only the last message of each piece asks for an ack: the stream takes one
+connection's messages in order, and by the chain of expected sequences an ack of sequence N proves that every
+message before it is stored too (one refused or lost message makes every later one refused).
+
+A mark (a commit) publishes the checkpoint, in the same chain, on ``_binlogd.checkpoint.<stream>`` (a subject of
+the stream outside the change subjects, with ``Nats-Rollup: sub``: only the newest is kept), and waits for the
+acks; only then may the daemon's local checkpoint move. ``open`` reads the newest checkpoint message: that is
+where the daemon resumes (:meth:`remote_checkpoint`). Messages after it are a commit cut short: streamed changes
+are read again as they were and skipped up to the last one stored; an initial snapshot's rows (read again in
+another view, as another run's changes) are deleted.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from binlogd.library.checkpointfile import Checkpoint
+from binlogd.library.identity import order_key
+
 from .base import SinkError
-from .bus import EXIT_AUTH, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, WAIT_SECONDS, BusSink, position_key
+from .bus import EXIT_AUTH, EXIT_CHECKPOINT, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, WAIT_SECONDS, BusSink
 from .frames import nats_hpubs
 
 HEADER_ROOM = 512  # bytes of max_payload kept for the headers
+TAIL_DELETES = 100_000  # an initial snapshot's rows of a commit cut short, deleted at open at most
 
 
 class NatsSink(BusSink):
@@ -28,7 +36,8 @@ class NatsSink(BusSink):
 
     Args:
         url: ``nats://[user:password@]host:port``.
-        stream: the JetStream stream (created with subjects ``<subject prefix>>`` and file storage when missing).
+        stream: the JetStream stream (created with subjects ``<subject prefix>>`` and the checkpoint subject, file
+            storage and rollups allowed, when missing; an older one gets the checkpoint subject added).
         subject: the subject template (``{schema}``, ``{table}``).
         format, server_name: as :class:`~.bus.BusSink`.
     """
@@ -39,6 +48,7 @@ class NatsSink(BusSink):
         super().__init__(url, 1 << 20, **kw)
         self.stream, self.subject = stream, subject
         self.filter = subject.split("{", 1)[0] + ">"
+        self.checkpoint_subject = f"_binlogd.checkpoint.{stream}"
         self._subjects: dict = {}
         self._nc = self._js = None
         self._seq = 0
@@ -49,8 +59,6 @@ class NatsSink(BusSink):
 
     async def _connect(self) -> None:
         import nats
-        from nats.js import api
-        from nats.js.errors import NotFoundError
 
         async def quiet(exc):  # errors reach us through the calls; nats-py would log each one
             pass
@@ -68,28 +76,81 @@ class NatsSink(BusSink):
                                       disconnected_cb=lost, closed_cb=lost)
         self.max_change_bytes = self._nc.max_payload - HEADER_ROOM
         self._js = self._nc.jetstream(timeout=WAIT_SECONDS / 4, publish_async_max_pending=4000)
+        info = await self._stream_info()
+        self._seq, self._skip = info.state.last_seq, None
+        checkpoint, at = await self._last_checkpoint()
+        self._use_checkpoint(checkpoint)
+        if self._seq > at:  # a commit cut short: what it stored is not sent again
+            await self._cut_short(at)
+
+    async def _stream_info(self):
+        """The stream's info, made or given the checkpoint subject as needed.
+
+        Raises:
+            SinkError: (fatal, exit 6) it exists with other subjects or storage.
+        """
+        from nats.js import api
+        from nats.js.errors import NotFoundError
+
         try:
             info = await self._js.stream_info(self.stream)
         except NotFoundError:
-            info = await self._js.add_stream(name=self.stream, subjects=[self.filter],
-                                             storage=api.StorageType.FILE)
+            return await self._js.add_stream(name=self.stream, subjects=[self.filter, self.checkpoint_subject],
+                                             storage=api.StorageType.FILE, allow_rollup_hdrs=True)
         subjects = list(info.config.subjects or [])
         if self.filter not in subjects or info.config.storage != api.StorageType.FILE:
             raise SinkError(f"{self.name}: stream {self.stream} exists with subjects {subjects} and "
                             f"{info.config.storage} storage; binlogd needs {self.filter!r} among its subjects "
                             "and file storage", fatal=True, exit_code=EXIT_MISCONFIGURED)
-        self._seq = info.state.last_seq
-        self._skip = None
-        if self._seq:
-            msg = await self._js.get_msg(self.stream, self._seq)
-            source = (msg.headers or {}).get("Binlogd-Source")
-            try:
-                file, pos, row = source.rsplit(":", 2)
-                self._skip = position_key(file, int(pos), int(row))
-            except (AttributeError, ValueError):
-                raise SinkError(f"{self.name}: the last message of stream {self.stream} (sequence {self._seq}) "
-                                "has no Binlogd-Source header: something else publishes to the stream",
-                                fatal=True, exit_code=EXIT_MISCONFIGURED) from None
+        if self.checkpoint_subject not in subjects or not info.config.allow_rollup_hdrs:
+            info.config.subjects = sorted({*subjects, self.checkpoint_subject})
+            info.config.allow_rollup_hdrs = True
+            info = await self._js.update_stream(info.config)
+        return info
+
+    async def _last_checkpoint(self) -> tuple:
+        """(the newest checkpoint message's Checkpoint, its sequence), or (None, 0) when there is none.
+
+        Raises:
+            SinkError: (fatal, exit 8) it is not a checkpoint.
+        """
+        from nats.js.errors import NotFoundError
+
+        try:
+            msg = await self._js.get_msg(self.stream, subject=self.checkpoint_subject)
+        except NotFoundError:
+            return None, 0
+        try:
+            return Checkpoint.parse(msg.data), msg.seq
+        except ValueError as exc:
+            raise SinkError(f"{self.name}: message {msg.seq} on {self.checkpoint_subject} is not a binlogd "
+                            f"checkpoint: {exc}", fatal=True, exit_code=EXIT_CHECKPOINT) from None
+
+    async def _cut_short(self, at: int) -> None:
+        """The stream holds messages after the checkpoint of sequence ``at`` (0: none): a commit cut short. When
+        they are an initial snapshot's rows (read again after the restart, in another view and run), they are
+        deleted (up to :data:`TAIL_DELETES` of them); streamed changes are read again as they were, and skipped
+        up to the last one's id (:attr:`_skip`).
+
+        Raises:
+            SinkError: (fatal, exit 6) the last message is not binlogd's.
+        """
+        msg = await self._js.get_msg(self.stream, self._seq)
+        source = (msg.headers or {}).get("Binlogd-Source") or ""
+        if source.count(":") == 2:  # written before ids named the inner event
+            file, pos, row = source.rsplit(":", 2)
+            source = f"{file}:{pos}:0:{row}"
+        try:
+            key = order_key(source)
+        except ValueError:
+            raise SinkError(f"{self.name}: the last message of stream {self.stream} (sequence {self._seq}) "
+                            "has no Binlogd-Source header: something else publishes to the stream",
+                            fatal=True, exit_code=EXIT_MISCONFIGURED) from None
+        if key[0] != 0:
+            self._skip = key
+        elif self._seq - at <= TAIL_DELETES:
+            for seq in range(at + 1, self._seq + 1):
+                await self._js.delete_msg(self.stream, seq)
 
     def _subject_of(self, schema: str, table: str) -> str:
         key = (schema, table)
@@ -111,20 +172,24 @@ class NatsSink(BusSink):
         cut = lines.rfind(b"\n", 0, len(lines) - 1) + 1  # the piece's last line goes by publish_async, below
         blocks.append((meta, lines[:cut], n - 1))
         out, seq = [], self._seq
-        for (schema, table, file, pos, row0, _gtid, _op, sid), block, count in blocks:
+        for (schema, table, _file, _pos, row0, _gtid, _op, sid, prefix), block, count in blocks:
             if count:
-                out.append(nats_hpubs(self._subject_of(schema, table), sid, file.encode(), pos, row0, seq, block,
-                                      count))
+                out.append(nats_hpubs(self._subject_of(schema, table), sid, prefix.encode(), row0, seq, block, count))
                 seq += count
         if out:
             await self._nc._send_command(b"".join(out))
-        schema, table, file, pos, row0, _gtid, _op, sid = meta
-        payload, source = lines[cut:-1], f"{file}:{pos}:{row0 + n - 1}"
-        headers = {"Nats-Msg-Id": f"{sid}:{source}", "Binlogd-Source": source,
-                   "Nats-Expected-Last-Sequence": str(seq)}
-        self._seq = seq + 1
+        schema, table, _file, _pos, row0, _gtid, _op, sid, prefix = meta
+        source = f"{prefix}:{row0 + n - 1}"
+        self._seq = seq
+        await self._publish(self._subject_of(schema, table).decode(), lines[cut:-1],
+                            {"Nats-Msg-Id": f"{sid}:{source}", "Binlogd-Source": source})
+
+    async def _publish(self, subject: str, payload: bytes, headers: dict) -> None:
+        """Publish the stream's next message, its ack awaited later (acks already in are checked now)."""
+        headers["Nats-Expected-Last-Sequence"] = str(self._seq)
+        self._seq += 1
         acks = self._acks
-        ack = await self._js.publish_async(self._subject_of(schema, table).decode(), payload, headers=headers)
+        ack = await self._js.publish_async(subject, payload, headers=headers)
         acks.append((ack, self._seq))
         while acks and acks[0][0].done():
             self._check(*acks.popleft())
@@ -136,6 +201,8 @@ class NatsSink(BusSink):
                             f"{self.stream}{' (a duplicate)' if result.duplicate else ''}; resynchronising")
 
     async def _commit(self, checkpoint: bytes | None) -> None:
+        if checkpoint is not None:
+            await self._publish(self.checkpoint_subject, checkpoint, {"Nats-Rollup": "sub"})
         acks = self._acks
         while acks:
             await acks[0][0]

@@ -45,7 +45,7 @@ def copy_text(piece: list) -> bytes:
         piece: blocks (meta, lines, n) as :meth:`.bus.BusSink._add` makes them.
     """
     out, parts = [], {}  # (file, gtid, schema, table, op, sid) -> their fields, once per piece
-    for (schema, table, file, pos, row0, gtid, op, sid), lines, n in piece:
+    for (schema, table, file, pos, row0, gtid, op, sid, _prefix), lines, n in piece:
         key = (file, gtid, schema, table, op, sid)
         fields = parts.get(key)
         if fields is None:

@@ -30,8 +30,8 @@ class StdoutSink(Sink):
     def change(self, change: dict) -> None:
         self._out.write(self._json(change) + b"\n")
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None) -> int:
-        lines, n = self._lines(event, file, gtid)
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
+        lines, n = self._lines(event, file, gtid, inner)
         self._out.write(lines)
         return n
 

@@ -1,7 +1,7 @@
 """The bus sinks (Redis Streams, NATS JetStream, PostgreSQL) against real brokers and a real MariaDB.
 
 - a big transaction (12 MB, past Redis's staging threshold and many pieces) with small inserts, updates and
-  deletes around it: read back, replayed == the table's SELECT, no (file, pos, row) twice;
+  deletes around it: read back, replayed == the table's SELECT, no change id twice;
 - the broker's committed position wins over an older local checkpoint (and the log says so); for NATS,
   whose position is the local file, a re-read past the duplicate window is skipped by the last message;
 - an idle selected table on a busy server: the committed position still follows the primary;
@@ -76,8 +76,10 @@ def short_dedup_stream(broker) -> None:
 
 def check_readback(kind, broker, srv, db, tables) -> list:
     changes = [c for c in read_bus(kind, broker.url) if c["schema"] == db]
-    positions = Counter((c["source"]["file"], c["source"]["pos"], c["source"]["row"]) for c in changes)
-    assert not [p for p, n in positions.items() if n > 1], "a change delivered twice"
+    ids = Counter(c["source"]["id"] for c in changes)
+    assert not [p for p, n in ids.items() if n > 1], "a change delivered twice"
+    assert all(c["source"]["id"] == f"{c['source']['file']}:{c['source']['pos']}:0:{c['source']['row']}"
+               for c in changes), "a streamed change's id is not its file:pos:0:row"
     assert_sink_matches(srv, db, tables, replay(changes, schemas=[db]))
     return changes
 

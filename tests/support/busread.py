@@ -14,9 +14,12 @@ from pathlib import Path
 
 
 def _order(change: dict) -> tuple:
-    src = change["source"]
-    number = src["file"].rpartition(".")[2]
-    return int(number), src["pos"], src["row"]
+    """The delivery order of a change: its id's (README, "Change identity"), parsed here."""
+    head, a, b, row = change["source"]["id"].rsplit(":", 3)
+    if head == "snapshot":
+        return (0, int(a), int(b), 0, 0, int(row))
+    kind, inner = (0, b[1:].replace(".", "")) if b.startswith("c") else (1, b)
+    return (1, int(head.rpartition(".")[2]), int(a), kind, int(inner), int(row))
 
 
 def read_redis(url: str, pattern: str = "binlogd:*", checkpoint_key: str = "binlogd:checkpoint:binlogd") -> list:
@@ -51,8 +54,10 @@ def redis_checkpoint(url: str, key: str = "binlogd:checkpoint:binlogd") -> dict 
 
 
 def read_nats(url: str, stream: str = "BINLOGD") -> list:
-    """Every message of JetStream ``stream`` by sequence (direct gets), with its headers checked."""
+    """Every change message of JetStream ``stream`` by sequence (direct gets), with its headers checked; the
+    checkpoint messages (``_binlogd.checkpoint.<stream>``) and deleted sequences are passed over."""
     import nats
+    from nats.js.errors import NotFoundError
 
     async def go():
         nc = await nats.connect(url)
@@ -61,11 +66,17 @@ def read_nats(url: str, stream: str = "BINLOGD") -> list:
             info = await js.stream_info(stream)
             out = []
             for seq in range(info.state.first_seq, info.state.last_seq + 1):
-                msg = await js.get_msg(stream, seq)
+                try:
+                    msg = await js.get_msg(stream, seq)
+                except NotFoundError:
+                    continue
+                if msg.subject.startswith("_binlogd.checkpoint."):
+                    continue
                 change = json.loads(msg.data)
                 h = msg.headers or {}
                 src = change["source"]
-                assert h.get("Binlogd-Source") == f"{src['file']}:{src['pos']}:{src['row']}", (seq, h, src)
+                assert h.get("Binlogd-Source") == src["id"], (seq, h, src)
+                assert h.get("Nats-Msg-Id") == f"{src['server_id']}:{src['id']}", (seq, h, src)
                 change["_id"] = (seq, h.get("Nats-Msg-Id"))
                 out.append(change)
             return out

@@ -225,7 +225,7 @@ def check_exactly_once(server, sink_dir: Path, writer: Writer, label: str) -> di
     wrong = {m: (len(groups[markers_of[m][0]]), expected[m]) for m in in_sink & set(expected)
              if len(markers_of[m]) == 1 and len(groups[markers_of[m][0]]) != expected[m]}
     acked_lost = sorted(set(writer.committed) - in_table)
-    positions = Counter((c["source"]["file"], c["source"]["pos"], c["source"]["row"]) for c in changes)
+    positions = Counter(c["source"]["id"] for c in changes)
     dup_positions = [p for p, n in positions.items() if n > 1]
     files = sorted({c["source"]["file"] for c in changes})
     stats = {"acked": len(writer.committed), "in_doubt": len(writer.in_doubt),
@@ -240,7 +240,7 @@ def check_exactly_once(server, sink_dir: Path, writer: Writer, label: str) -> di
     assert not extra, f"{len(extra)} markers in the sink that the server does not have: {extra[:20]}"
     assert not unknown, f"markers in the table the writer never wrote: {unknown[:20]}"
     assert not wrong, f"transactions with the wrong number of changes (sink, written): {dict(list(wrong.items())[:10])}"
-    assert not dup_positions, f"(file, pos, row) twice: {dup_positions[:10]}"
+    assert not dup_positions, f"a change id (source.id) twice: {dup_positions[:10]}"
     state = replay(changes, pk=PK, schemas=[SCHEMA])
     assert_sink_matches(server, SCHEMA, TABLES, state)
     return stats

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from binlogd.daemon.sinks import SinkError, bus, frames
-from binlogd.daemon.sinks.bus import BusSink, position_key
+from binlogd.daemon.sinks.bus import BusSink
+from binlogd.library.identity import boundary_key, order_key
 
 needs_c = pytest.mark.skipif(frames.C is None, reason="binlogd.daemon._frames is not built")
 _CHARS = ['a', '"', '\\', '\t', '\r', 'é', '€', '😀', ' ', '{', '}', ':', ',', '0']
@@ -38,9 +39,9 @@ def _xadd(head: bytes, payload: bytes) -> bytes:
     return head + b"$%d\r\n" % len(payload) + payload + b"\r\n"
 
 
-def _hpub(subject: bytes, sid: int, file: bytes, pos: int, row: int, seq: int, payload: bytes) -> bytes:
-    headers = (b"NATS/1.0\r\nNats-Msg-Id: %d:%b:%d:%d\r\nBinlogd-Source: %b:%d:%d\r\n"
-               b"Nats-Expected-Last-Sequence: %d\r\n\r\n" % (sid, file, pos, row, file, pos, row, seq))
+def _hpub(subject: bytes, sid: int, prefix: bytes, row: int, seq: int, payload: bytes) -> bytes:
+    headers = (b"NATS/1.0\r\nNats-Msg-Id: %d:%b:%d\r\nBinlogd-Source: %b:%d\r\n"
+               b"Nats-Expected-Last-Sequence: %d\r\n\r\n" % (sid, prefix, row, prefix, row, seq))
     return b"HPUB %b %d %d\r\n%b%b\r\n" % (subject, len(headers), len(headers) + len(payload), headers, payload)
 
 
@@ -58,8 +59,9 @@ _INTS = [(0, 0, 0, 0), (4294967295, 2**63 - 1, 2**62, 2**63 - 200), (1, -5, 9, 1
 def test_python_frames_are_the_per_row_requests(payloads, sid, pos, row0, seq0):
     lines, n, file = _lines(payloads), len(payloads), "mysql-bin.000001\t\\".encode()
     assert frames.py_redis_xadds(HEAD, lines, n) == b"".join(_xadd(HEAD, p) for p in payloads)
-    assert frames.py_nats_hpubs(b"binlogd.d.t", sid, file, pos, row0, seq0, lines, n) == b"".join(
-        _hpub(b"binlogd.d.t", sid, file, pos, row0 + i, seq0 + i, p) for i, p in enumerate(payloads))
+    prefix = file + b":%d:0" % pos
+    assert frames.py_nats_hpubs(b"binlogd.d.t", sid, prefix, row0, seq0, lines, n) == b"".join(
+        _hpub(b"binlogd.d.t", sid, prefix, row0 + i, seq0 + i, p) for i, p in enumerate(payloads))
     assert frames.py_copy_rows(lines, n, b"f\\t", pos, row0, b"\\N\td\tt\tinsert\t1") == b"".join(
         _copy_line(p, b"f\\t", pos, row0 + i, b"\\N\td\tt\tinsert\t1") for i, p in enumerate(payloads))
 
@@ -68,7 +70,7 @@ def _all(module_or_ns, lines: bytes, n: int, ints: tuple, names: tuple) -> list:
     sid, pos, row0, seq0 = ints
     subject, file, tail = names
     return [module_or_ns.redis_xadds(HEAD, lines, n),
-            module_or_ns.nats_hpubs(subject, sid, file, pos, row0, seq0, lines, n),
+            module_or_ns.nats_hpubs(subject, sid, file + b":%d:c3" % pos, row0, seq0, lines, n),
             module_or_ns.copy_rows(lines, n, file, pos, row0, tail)]
 
 
@@ -101,7 +103,7 @@ def test_a_wrong_line_count_is_refused(impl, lines, n):
     if impl == "c" and frames.C is None:
         pytest.skip("binlogd.daemon._frames is not built")
     f = _PY if impl == "py" else frames.C
-    for call in (lambda: f.redis_xadds(HEAD, lines, n), lambda: f.nats_hpubs(b"s", 1, b"f", 4, 0, 1, lines, n),
+    for call in (lambda: f.redis_xadds(HEAD, lines, n), lambda: f.nats_hpubs(b"s", 1, b"f:4:0", 0, 1, lines, n),
                  lambda: f.copy_rows(lines, n, b"f", 4, 0, b"x")):
         with pytest.raises(ValueError):
             call()
@@ -112,11 +114,11 @@ def test_c_refuses_wrong_types_and_numbers_out_of_range():
     with pytest.raises(TypeError):
         frames.C.redis_xadds("head", b"a\n", 1)
     with pytest.raises(TypeError):
-        frames.C.nats_hpubs(b"s", None, b"f", 4, 0, 1, b"a\n", 1)  # as b"%d" % None
+        frames.C.nats_hpubs(b"s", None, b"f:4:0", 0, 1, b"a\n", 1)  # as b"%d" % None
     with pytest.raises(OverflowError):
         frames.C.copy_rows(b"a\nb\n", 2, b"f", 4, 2**63 - 1, b"x")
     with pytest.raises(OverflowError):
-        frames.C.nats_hpubs(b"s", 1, b"f", 2**64, 0, 1, b"a\n", 1)
+        frames.C.nats_hpubs(b"s", 1, b"f:4:0", 2**64, 1, b"a\n", 1)
 
 
 # ---------------------------------------------------------------- blocks in BusSink
@@ -131,7 +133,7 @@ def _event(pos: int, n: int, kind: str = "insert"):
 
 def _sink(limit: int = 1 << 20) -> _Sink:
     sink = _Sink("redis://x", limit)
-    sink._lines = lambda event, file, gtid: (_lines([b'{"r":%d}' % i for i in range(event.n)]), event.n)
+    sink._lines = lambda event, file, gtid, inner: (_lines([b'{"r":%d}' % i for i in range(event.n)]), event.n)
     return sink
 
 
@@ -139,46 +141,69 @@ def test_rows_make_one_block_per_event():
     sink = _sink()
     assert sink.rows(_event(100, 3), "b.000001", "0-1-2") == 3
     assert sink.rows(_event(200, 0), "b.000001", "0-1-2") == 0  # no block for no rows
+    assert sink.rows(_event(300, 1), "b.000001", "0-1-3", inner=57) == 1
     lines = b'{"r":0}\n{"r":1}\n{"r":2}\n'
-    assert sink._piece == [(("d", "t", "b.000001", 100, 0, "0-1-2", "insert", 5), lines, 3)]
-    assert sink._piece_bytes == len(lines) + 3 * 64
+    assert sink._piece == [(("d", "t", "b.000001", 100, 0, "0-1-2", "insert", 5, "b.000001:100:0"), lines, 3),
+                           (("d", "t", "b.000001", 300, 0, "0-1-3", "insert", 5, "b.000001:300:57"), b'{"r":0}\n', 1)]
+    assert sink._piece_bytes == len(lines) + 8 + 4 * 64
 
 
 def test_rows_after_the_skip_key():
-    """Events at or before the broker's position are dropped; one partly at or before it keeps its later rows
-    only (NATS: the stream's last message may be any row)."""
+    """Events at or before the broker's last change are dropped; one partly at or before it keeps its later rows
+    only (NATS: the stream's last message may be any row); inner events of one payload are told apart."""
     sink = _sink()
-    sink._skip = position_key("b.000001", 200, 1)
+    sink._skip = order_key("b.000001:200:0:1")
     assert sink.rows(_event(100, 3), "b.000001", None) == 3 and sink._piece == []
     assert sink.rows(_event(200, 2), "b.000001", None) == 2 and sink._piece == []
-    sink._skip = position_key("b.000001", 200, 1)
+    sink._skip = order_key("b.000001:200:0:1")
     assert sink.rows(_event(200, 4), "b.000001", None) == 4
-    assert sink._piece == [(("d", "t", "b.000001", 200, 2, None, "insert", 5), b'{"r":2}\n{"r":3}\n', 2)]
+    assert sink._piece == [(("d", "t", "b.000001", 200, 2, None, "insert", 5, "b.000001:200:0"), b'{"r":2}\n{"r":3}\n',
+                            2)]
     assert sink._skip is None
-    sink._piece, sink._skip = [], position_key("b.000001", 299, float("inf"))  # a checkpoint's skip key
-    sink.rows(_event(200, 2), "b.000001", None)
-    assert sink._piece == [] and sink._skip is not None
-    sink.rows(_event(300, 2), "b.000001", None)
-    assert [block[2] for block in sink._piece] == [2] and sink._skip is None
+    sink._piece, sink._skip = [], order_key("b.000001:300:40:0")  # inside a TRANSACTION_PAYLOAD at 300
+    sink.rows(_event(300, 2), "b.000001", None, inner=40)
+    assert sink._piece == [] or sink._piece[0][2] == 1
+    sink.rows(_event(300, 2), "b.000001", None, inner=90)
+    assert [block[0][8] for block in sink._piece][-1] == "b.000001:300:90" and sink._skip is None
 
 
 def test_a_change_over_the_limit_names_its_row():
     sink = _sink(limit=7)
     sink.rows(_event(100, 2), "b.000001", None)  # 7 bytes each: not over
-    sink._lines = lambda event, file, gtid: (b'{"r":0}\n{"r":10}\n', 2)
+    sink._lines = lambda event, file, gtid, inner: (b'{"r":0}\n{"r":10}\n', 2)
     with pytest.raises(SinkError) as err:
         sink.rows(_event(200, 2), "b.000001", None)
     assert err.value.fatal and err.value.exit_code == bus.EXIT_DATA
-    assert "d.t at b.000001:200 row 1 is 8 bytes, over the limit of 7" in str(err.value)
+    assert "d.t at b.000001:200 row 1 (id b.000001:200:0:1) is 8 bytes, over the limit of 7" in str(err.value)
     assert len(sink._piece) == 1
 
 
 def test_change_makes_a_block_of_one():
     sink = _sink()
-    sink.change({"schema": "d", "table": "t", "op": "delete", "before": {"id": 1},
-                 "source": {"file": "b.000002", "pos": 4, "row": 3, "server_id": 9, "gtid": None}})
+    sink.change({"schema": "d", "table": "t", "op": "read", "before": None, "after": {"id": 1},
+                 "source": {"file": "b.000002", "pos": 4, "row": 3, "server_id": 9, "gtid": None,
+                            "id": "snapshot:2:0:3"}})
     [(meta, lines, n)] = sink._piece
-    assert meta == ("d", "t", "b.000002", 4, 3, None, "delete", 9) and n == 1 and lines.endswith(b"}\n")
+    assert meta == ("d", "t", "b.000002", 4, 3, None, "read", 9, "snapshot:2:0") and n == 1 and lines.endswith(b"}\n")
+
+
+def test_change_after_the_skip_key():
+    """A change (an incremental snapshot's row) at or before the broker's last change is dropped."""
+    sink = _sink()
+    sink._skip = order_key("b.000001:500:0:0")
+    for change_id in ("b.000001:500:c3.0:7", "b.000001:499:0:9", "b.000001:500:0:0"):
+        sink.change({"schema": "d", "table": "t", "op": "read", "source": {"id": change_id}})
+    assert sink._piece == [] and sink._skip is not None
+    sink.change({"schema": "d", "table": "t", "op": "read", "source": {"id": "b.000001:500:0:1"}})
+    assert len(sink._piece) == 1 and sink._skip is None
+
+
+def test_a_checkpoint_is_a_boundary_between_changes():
+    at = boundary_key("b.000001", 300)
+    assert order_key("b.000001:299:0:5") < at < order_key("b.000001:300:c0.0:0") < order_key("b.000001:301:0:0")
+    assert order_key("snapshot:9:3:99") < order_key("b.000001:4:0:0") < order_key("b.000002:4:0:0")
+    assert order_key("snapshot:1:0:99") < order_key("snapshot:1:1:0") < order_key("snapshot:2:0:0")
+    assert order_key("b.000001:300:c7.2:0") < order_key("b.000001:300:c8.0:0") < order_key("b.000001:300:0:0")
 
 
 def test_a_full_piece_is_handed_over(monkeypatch):
@@ -192,9 +217,9 @@ def test_a_full_piece_is_handed_over(monkeypatch):
 
 
 # ---------------------------------------------------------------- the sinks' _write, against the per-row bytes
-_PIECE = [(("d", "t", "b.000001", 100, 0, None, "insert", 5), b'{"a":"\\\\"}\n{}\n[]\n', 3),
-          (("d", "u", "b.000001", 200, 4, "0-5-1", "update", 5), b'{"b":1}\n', 1),
-          (("d", "t", "b.000002", 4, 0, None, "delete", 5), b'{"c":2}\n{"c":3}\n', 2)]
+_PIECE = [(("d", "t", "b.000001", 100, 0, None, "insert", 5, "b.000001:100:0"), b'{"a":"\\\\"}\n{}\n[]\n', 3),
+          (("d", "u", "b.000001", 200, 4, "0-5-1", "update", 5, "b.000001:200:0"), b'{"b":1}\n', 1),
+          (("d", "t", "b.000002", 4, 0, None, "delete", 5, "b.000002:4:30"), b'{"c":2}\n{"c":3}\n', 2)]
 
 
 def _rows(piece: list) -> list:
@@ -236,11 +261,11 @@ def test_nats_write_sends_an_hpub_per_row_and_publishes_the_last(piece):
         publish_async=publish_async), 41
     asyncio.run(sink._write(piece))
     rows = _rows(piece)
-    want = b"".join(_hpub(b"binlogd.%b.%b" % (m[0].encode(), m[1].encode()), m[7], m[2].encode(), m[3], row, 41 + i,
-                          p) for i, (m, row, p) in enumerate(rows[:-1]))
+    want = b"".join(_hpub(b"binlogd.%b.%b" % (m[0].encode(), m[1].encode()), m[7], m[8].encode(), row, 41 + i, p)
+                    for i, (m, row, p) in enumerate(rows[:-1]))
     assert b"".join(sent) == want and (len(sent) == 1 or not want)
     meta, row, payload = rows[-1]
-    source = f"{meta[2]}:{meta[3]}:{row}"
+    source = f"{meta[8]}:{row}"
     assert published == [(f"binlogd.{meta[0]}.{meta[1]}", payload, {
         "Nats-Msg-Id": f"5:{source}", "Binlogd-Source": source, "Nats-Expected-Last-Sequence": str(40 + len(rows))})]
     assert sink._seq == 41 + len(rows) and [seq for _, seq in sink._acks] == [sink._seq]
@@ -249,7 +274,7 @@ def test_nats_write_sends_an_hpub_per_row_and_publishes_the_last(piece):
 def test_copy_text_is_the_same_in_c_and_python(monkeypatch):
     from binlogd.daemon.sinks import postgres
 
-    piece = [*_PIECE, (("s\tx", "t\\y", "b\t1", 7, 2**40, "0-1-2", "insert", None), b'"\\u00e9\\\\"\n', 1)]
+    piece = [*_PIECE, (("s\tx", "t\\y", "b\t1", 7, 2**40, "0-1-2", "insert", None, "b\t1:7:0"), b'"\\u00e9\\\\"\n', 1)]
     fast = postgres.copy_text(piece)
     monkeypatch.setattr(postgres, "copy_rows", frames.py_copy_rows)
     assert postgres.copy_text(piece) == fast

@@ -8,8 +8,9 @@ import pytest
 
 from binlogd.daemon.config import ConfigError, load_config
 from binlogd.daemon.sinks import SinkError, make_sink
-from binlogd.daemon.sinks.bus import position_key, redact
+from binlogd.daemon.sinks.bus import redact
 from binlogd.daemon.sinks.postgres import copy_text
+from binlogd.library.identity import order_key
 
 
 def test_config_subsections_and_env_overrides():
@@ -33,9 +34,10 @@ def test_config_rejects(key, value):
     assert key in str(err.value)
 
 
-def test_position_key_orders_files_then_positions():
-    assert position_key("b.000009", 999_999, 5) < position_key("b.000010", 4, 0)
-    assert position_key("b.000010", 4, 0) < position_key("b.000010", 4, 1) < position_key("b.000010", 5, -1)
+def test_order_key_orders_files_then_positions_then_inner_events_then_rows():
+    assert order_key("b.000009:999999:0:5") < order_key("b.000010:4:0:0")
+    assert order_key("b.000010:4:0:0") < order_key("b.000010:4:0:1") < order_key("b.000010:4:7:0")
+    assert order_key("b.000010:4:7:9") < order_key("b.000010:5:0:0")
 
 
 def test_redact():
@@ -45,8 +47,9 @@ def test_redact():
 
 
 def test_copy_text_escapes():
-    meta = ("s\tx", "t\\y", "b.000001", 120, 3, None, "insert", 7)
-    text = copy_text([(meta, b'{"a":"q\\"\\\\n"}\n{}\n', 2), (meta[:4] + (9, "g", "delete", None), b"[]\n", 1)])
+    meta = ("s\tx", "t\\y", "b.000001", 120, 3, None, "insert", 7, "b.000001:120:0")
+    text = copy_text([(meta, b'{"a":"q\\"\\\\n"}\n{}\n', 2),
+                      (meta[:4] + (9, "g", "delete", None, "b.000001:120:0"), b"[]\n", 1)])
     assert text == (b'{"a":"q\\\\"\\\\\\\\n"}\tb.000001\t120\t3\t\\N\ts\\tx\tt\\\\y\tinsert\t7\n'
                     b'{}\tb.000001\t120\t4\t\\N\ts\\tx\tt\\\\y\tinsert\t7\n'
                     b'[]\tb.000001\t120\t9\tg\ts\\tx\tt\\\\y\tdelete\t\\N\n')
@@ -63,7 +66,8 @@ def test_open_refuses_another_sinks_state(kind):
 # ---------------------------------------------------------------- the Redis sink's commits, on a real redis-server
 def _change(table: str, i: int, size: int = 200) -> dict:
     return {"schema": "d", "table": table, "op": "insert", "after": {"id": i, "v": "x" * size},
-            "source": {"file": "b.000001", "pos": 1000 + i, "row": 0, "server_id": 1, "gtid": None}}
+            "source": {"file": "b.000001", "pos": 1000 + i, "row": 0, "server_id": 1, "gtid": None,
+                       "id": f"b.000001:{1000 + i}:0:0"}}
 
 
 def _commit(sink, changes: list, pos: int) -> bytes:

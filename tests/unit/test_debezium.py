@@ -24,7 +24,7 @@ from binlogd.daemon.sinks import make_sink
 from binlogd.daemon.sinks.jsonl import JsonLinesSink
 from binlogd.daemon.sinks.stdout import StdoutSink
 from binlogd.library import debezium, jsonrows
-from binlogd.library.serialize import change_events, dumps, flatten
+from binlogd.library.serialize import change_events, dumps, flatten, split_json_diffs
 from binlogd.protocol import events as E
 from binlogd.protocol import rowcodec
 from binlogd.protocol.errors import BinlogError
@@ -34,7 +34,7 @@ from tests.support.paths import CORPUS
 CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".txt",
                                                                                           ".json", ".py"))
 SOURCE_KEYS = ["version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "ts_us", "ts_ns", "table",
-               "server_id", "gtid", "file", "pos", "row", "thread", "query"]
+               "server_id", "gtid", "file", "pos", "row", "id", "thread", "query"]
 ENVELOPE_KEYS = ["before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"]
 NOW = 1_764_270_000_123_456_789  # a fixed processing time (ns) where bytes are compared
 
@@ -77,11 +77,14 @@ def corpus_changes() -> list:
 def check_envelope(env: dict, change: dict, server_name: str = "binlogd") -> None:
     """The envelope's fields against its change's own values."""
     src, dsrc = change["source"], env["source"]
-    assert list(env) == ENVELOPE_KEYS and list(dsrc) == SOURCE_KEYS, (list(env), list(dsrc))
+    keys = list(env)
+    if "json_diffs" in change:  # a partial JSON update's diffs follow "after"
+        assert keys.pop(keys.index("after") + 1) == "json_diffs" and env["json_diffs"] == change["json_diffs"]
+    assert keys == ENVELOPE_KEYS and list(dsrc) == SOURCE_KEYS, (list(env), list(dsrc))
     assert env["op"] == {"insert": "c", "update": "u", "delete": "d", "read": "r"}[change["op"]]
     assert env["before"] == change["before"] and env["after"] == change["after"]
-    assert (dsrc["file"], dsrc["pos"], dsrc["row"], dsrc["gtid"], dsrc["server_id"]) == (
-        src["file"], src["pos"], src["row"], src["gtid"], src["server_id"])
+    assert (dsrc["file"], dsrc["pos"], dsrc["row"], dsrc["id"], dsrc["gtid"], dsrc["server_id"]) == (
+        src["file"], src["pos"], src["row"], src["id"], src["gtid"], src["server_id"])
     assert (dsrc["db"], dsrc["table"]) == (change["schema"], change["table"])
     assert (dsrc["ts_ms"], dsrc["ts_us"], dsrc["ts_ns"]) == (change["ts"] * 1000, change["ts"] * 10**6,
                                                              change["ts"] * 10**9)
@@ -98,8 +101,9 @@ def test_corpus_envelopes_match_their_changes(corpus_changes) -> None:
             env = debezium.envelope(change, "dbserver1", NOW)
             check_envelope(env, change, "dbserver1")
             assert env["source"]["snapshot"] == "false" and env["ts_ns"] == NOW
-            if change["op"] == "update":  # before/after are the rows event's own pair
-                assert (env["before"], env["after"]) == tuple(event.rows[change["source"]["row"]])
+            if change["op"] == "update":  # before/after are the rows event's own pair (after without its diffs)
+                before, after = event.rows[change["source"]["row"]]
+                assert (env["before"], env["after"]) == (before, split_json_diffs(after)[0])
             ops[env["op"]] = ops.get(env["op"], 0) + 1
     assert set(ops) == {"c", "u", "d"}, ops  # the corpus has all three kinds
 
@@ -110,7 +114,8 @@ def test_row_image_writer_gives_the_dict_path_bytes(corpus_changes, speedups) ->
     before = rowcodec.speedups_enabled(), jsonrows.use_speedups(speedups)
     try:
         for event, changes in corpus_changes:
-            lines, n = debezium.change_lines(event, event_file(changes), "0-1-42", "srv", NOW)
+            lines, n = debezium.change_lines(event, event_file(changes), "0-1-42", server_name="srv",
+                                                  now_ns=NOW)
             assert n == len(changes)
             assert lines == b"".join(debezium.debezium_line(c, "srv", NOW) for c in changes), event.header.pos
     finally:

@@ -92,12 +92,12 @@ def _info(types=TYPES) -> TableInfo:
     return TableInfo("d", "t", tuple(f"c_{t}_{i}" for i, t in enumerate(types)), tuple(types), ("c_bigint_0",))
 
 
-def _both(buf: bytes, table_plan, head=b"", mid=None, tail=b"\n", first=0) -> bytes:
+def _both(buf: bytes, table_plan, head=b"", mid=None, tail=b"\n", first=0, again=None) -> bytes:
     """lines() in Python and (when built) in C: the same bytes, returned."""
-    want = textrows.py_lines(buf, 0, len(buf), table_plan, head, mid, tail, first)
+    want = textrows.py_lines(buf, 0, len(buf), table_plan, head, mid, tail, first, None, again)
     if C is not None:
-        assert C.lines(buf, 0, len(buf), table_plan, head, mid, tail, first) == want
-        assert C.lines(bytearray(buf), 0, len(buf), table_plan, head, mid, tail, first) == want
+        assert C.lines(buf, 0, len(buf), table_plan, head, mid, tail, first, None, again) == want
+        assert C.lines(bytearray(buf), 0, len(buf), table_plan, head, mid, tail, first, None, again) == want
     return want
 
 
@@ -216,14 +216,15 @@ def test_change_lines_equal_the_sinks_dumps_of_the_change_dicts():
     result = ResultRows(buf, 5, len(buf), len(rows), -1, len(info.types))
     source = {"server_id": 1, "file": "b.000001", "pos": 4, "gtid": "0-1-5", "snapshot": True}
     reader = ChunkReader(info)
-    changes = reader.changes(result, source, 1700000000, 123)
+    changes = reader.changes(result, source, 1700000000, 123, "snapshot:3:1")
     want = b"".join(dumps(c) + b"\n" for c in changes)
-    kept = [reader.lines(result, source, 1700000000, 123) for _ in range(3)]
+    kept = [reader.lines(result, source, 1700000000, 123, "snapshot:3:1") for _ in range(3)]
     assert all(lines == want for lines in kept)
     assert kept[0].obj is kept[2].obj and kept[1].obj is not kept[0].obj   # two buffers in turn
     assert [orjson.loads(line)["after"] for line in want.split(b"\n")[:-1]] == \
         [orjson.loads(after_encoder(info)(r)) for r in rows]
-    assert orjson.loads(want.split(b"\n")[0])["source"] == {**source, "row": 123}
+    assert orjson.loads(want.split(b"\n")[0])["source"] == {**source, "row": 123, "id": "snapshot:3:1:123"}
+    assert orjson.loads(want.split(b"\n")[-2])["source"]["id"] == "snapshot:3:1:172"
 
 
 def test_large_buffer_without_the_gil_with_values_that_need_python():
@@ -238,6 +239,8 @@ def test_large_buffer_without_the_gil_with_values_that_need_python():
     assert len(buf) >= 1 << 16
     out = _both(buf, plan(info), b"", b"|", b"\n", 5)
     assert out.split(b"\n")[:-1] == [after_encoder(info)(r) + b"|" + str(5 + i).encode() for i, r in enumerate(rows)]
+    twice = _both(buf, plan(info), b"", b"|", b"\n", -2, b"/")
+    assert twice.split(b"\n")[:-1] == [after_encoder(info)(r) + b"|%d/%d" % (i - 2, i - 2) for i, r in enumerate(rows)]
     bad = buf + _packets(_lenenc(b"1"))
     for fn in [textrows.py_lines] + ([C.lines] if C else []):
         with pytest.raises(ValueError, match=f"offset {len(buf)}: fewer values than columns"):
