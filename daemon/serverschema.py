@@ -33,6 +33,7 @@ DDL, or positional), and those DDL named while the seed read the definitions not
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path, PosixPath
 
 from binlogd.library.schema import (
@@ -367,9 +368,10 @@ class DaemonSchema:
         Raises:
             pymysql.err.Error, OSError: the server refused a query or the connection was lost.
         """
+        began = time.monotonic()
         now = await self.server.position()
         dbs, tables = await self.server.tables(self.selected)
-        definitions = [(name, await self.server.create_table(*name)) for name in tables]
+        definitions = list((await self.server.definitions(tables)).items())
         racing = set() if await self.server.position() == now else await self._ddl_since(*now)
         late = position_key(*now) > position_key(file, pos)
         named = await self._ddl_since(file, pos, now) if late else set()
@@ -384,9 +386,9 @@ class DaemonSchema:
         entries += [Entry(*at, None, *name, definition, "seed") for name, definition in definitions
                     if definition is not None and (at := held_from(*name)) is not None]
         entries.sort(key=lambda e: e.key)
-        self.log.info("schema history seeded from the server: %d tables at %s:%d%s", len(tables), file, pos,
+        self.log.info("schema history seeded from the server: %d tables at %s:%d%s in %.2f s", len(tables), file, pos,
                       f" ({sum(e.file == now[0] and e.pos == now[1] for e in entries)} named by later DDL: "
-                      f"from {now[0]}:{now[1]})" if late else "")
+                      f"from {now[0]}:{now[1]})" if late else "", time.monotonic() - began)
         return entries
 
     async def _ddl_since(self, file: str, pos: int, until: tuple[str, int] | None = None) -> set | None:

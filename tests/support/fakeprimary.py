@@ -488,6 +488,9 @@ class _Conn:
                  ("@@server_id", TYPE_LONGLONG), ("@@log_bin", TYPE_LONGLONG),
                  ("@@binlog_format", TYPE_VAR_STRING), ("@@global.binlog_checksum", TYPE_VAR_STRING)],
                 [(s.server_version, s.version_comment, s.server_id, s.log_bin, s.binlog_format, s.binlog_checksum)])
+        elif re.match(r"(?is)^SELECT\s+VERSION\(\)\s*,\s*@@version_comment$", text):
+            await self.result_set([("VERSION()", TYPE_VAR_STRING), ("@@version_comment", TYPE_VAR_STRING)],
+                                  [(s.server_version, s.version_comment)])
         elif re.match(r"(?is)^SELECT\s+@@server_uuid\s*,\s*@@gtid_mode$", text):
             await self.result_set([("@@server_uuid", TYPE_VAR_STRING), ("@@gtid_mode", TYPE_VAR_STRING)],
                                   [(s.server_uuid, "ON" if s.gtid_mode else "OFF")])

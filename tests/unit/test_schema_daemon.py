@@ -53,6 +53,8 @@ class FakeServer:
             return [(m[2], self.creates[(m[1], m[2])])]
         if sql == "SHOW MASTER STATUS":
             return [self.now]
+        if sql == "SELECT VERSION(), @@version_comment":
+            return [("10.11.19-MariaDB", "Debian 12")]
         if sql == "SHOW BINARY LOGS":
             return [("b.000001", 1000), ("b.000002", 900)]
         m = re.match(r"SHOW BINLOG EVENTS IN %s FROM (\d+) LIMIT (\d+), (\d+)", sql)
