@@ -13,6 +13,10 @@ checked against the installed aiomysql by ``tests/unit/test_aiomysql_seam.py`` (
   ``_connect``). The signature is made with PyNaCl.
 - :func:`transport` and :func:`take_over`: the connection's transport (``Connection._writer``), and
   what its StreamReader already holds (``StreamReader._buffer``, ``_exception``, ``_eof``).
+- Server warnings: aiomysql's cursor runs ``SHOW WARNINGS`` after a statement the server warned about and
+  turns each warning into a Python ``warnings.warn`` (printed as two lines of aiomysql's source on stderr).
+  :class:`_Cursor`, every connection's default cursor, overrides that private ``_show_warnings``: the
+  warnings of binlogd's own statements (MySQL 9: a deprecated variable read) are not the user's to act on.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 import hashlib
 
 from aiomysql.connection import Connection
+from aiomysql.cursors import Cursor
 from pymysql.err import OperationalError
 
 from binlogd.protocol.records import record
@@ -57,6 +62,14 @@ def ed25519_response(password: bytes, scramble: bytes) -> bytes:
     return point + crypto_core_ed25519_scalar_add(crypto_core_ed25519_scalar_mul(k, scalar), nonce)
 
 
+class _Cursor(Cursor):
+    """aiomysql's cursor, without reading the server's warnings: no ``SHOW WARNINGS`` round trip, no Python
+    warning. The statement's warning count stays on its result (``cursor._result.warning_count``)."""
+
+    async def _show_warnings(self, conn) -> None:
+        return None
+
+
 class _Connection(Connection):
     """aiomysql's connection, plus MariaDB's ed25519 authentication."""
 
@@ -72,13 +85,15 @@ class _Connection(Connection):
 
 async def connect(*, host: str, port: int, user: str, password: str, ssl, connect_timeout: float,
                   program_name: str = "binlogd") -> Connection:
-    """An authenticated aiomysql connection (autocommit), the password sent as UTF-8 bytes.
+    """An authenticated aiomysql connection (autocommit), the password sent as UTF-8 bytes, whose cursors
+    (:class:`_Cursor`) never turn the server's warnings into Python warnings.
 
     Raises:
         pymysql.err.OperationalError, OSError, asyncio.TimeoutError: as ``aiomysql.connect``.
     """
     conn = _Connection(host=host, port=port, user=user, password=password.encode("utf-8").decode("latin-1"),
-                       ssl=ssl, connect_timeout=connect_timeout, autocommit=True, program_name=program_name)
+                       ssl=ssl, connect_timeout=connect_timeout, autocommit=True, program_name=program_name,
+                       cursorclass=_Cursor)
     await conn._connect()
     return conn
 
