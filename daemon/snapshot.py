@@ -203,9 +203,9 @@ class Snapshot:
                 return
             await self._commit(None)
             await daemon.committer.settle()
-            elapsed = time.time() - self.state.get("started", time.time())
-            p1 = self.state["position"]
-            self.log.info("snapshot: done, %d tables in %.1fs; streaming from %s:%d", len(tables), elapsed,
+            p1, runs = self.state["position"], self.state.get("run", 0)
+            self.log.info("snapshot: done, %d tables in %.1fs%s; streaming from %s:%d", len(tables),
+                          time.monotonic() - self.run_began, f" (this run; resumed {runs} times)" if runs else "",
                           p1["file"], p1["pos"])
             daemon.metrics.snapshot_state(2)
             for reader in self.readers:
@@ -268,10 +268,11 @@ class Snapshot:
         reader.view, reader.how = await open_view(reader.conn, self.info.flavor, self.gtids)
         reader.ts = int(time.time())
         view = reader.view
-        self.log.info("snapshot: read view at %s:%d%s (%s)", view.file, view.pos,
-                      f", GTID {view.gtid_list or view.gtid_set}" if view.gtid_list or view.gtid_set else "",
-                      "no lock" if reader.how == "binlog_snapshot" else
-                      "FLUSH TABLES WITH READ LOCK held while it opened")
+        self.log.log(logging.INFO if reader is self.readers[0] else logging.DEBUG,  # a key range reader's: quiet
+                     "snapshot: read view at %s:%d%s (%s)", view.file, view.pos,
+                     f", GTID {view.gtid_list or view.gtid_set}" if view.gtid_list or view.gtid_set else "",
+                     "no lock" if reader.how == "binlog_snapshot" else
+                     "FLUSH TABLES WITH READ LOCK held while it opened")
         if reader is self.readers[0]:
             self.state["view"] = view.to_dict() | {"ts": reader.ts}
 
@@ -453,6 +454,9 @@ class Snapshot:
         import pymysql
 
         daemon, state, chunk, info = self.daemon, self.state, run.chunk, run.info
+        if reader is not self.readers[0]:  # its own view, opened after the main one's: described in it
+            info = await describe(reader.conn, info.schema, info.table) or info
+            await release(reader.conn)
         at = state["ranges"][index] if index is not None else {"last": state["last"], "upto": None}
         last, upto = at["last"], at["upto"]
         renewed = 0
@@ -463,6 +467,10 @@ class Snapshot:
                 if daemon.stopping.is_set():  # the last chunk is committed: stop here
                     raise _Stop
                 try:
+                    if chunk is None:  # no key: one pass, handed to the sink part by part
+                        await self._keyless(reader, run, info)
+                        daemon.metrics.snapshot_chunk(run.name, run.rows, 1, 1)
+                        return
                     got = await (pending or self._fetch(reader, reader_rows, last, chunk, upto))
                     pending = None
                 except pymysql.err.MySQLError as exc:
@@ -488,7 +496,7 @@ class Snapshot:
                 if full and self.fast:  # the server reads the next chunk while this one is written
                     pending = asyncio.ensure_future(self._fetch(reader, reader_rows, key, chunk, upto))
                     await asyncio.sleep(0)
-                self._write(reader, reader_rows, info, rows)
+                self._write(reader, reader_rows, info, rows, not full and self._last_range(index))
                 last = key if key is not None else last
                 run.chunks += 1
                 run.rows += n
@@ -513,6 +521,41 @@ class Snapshot:
         finally:
             await close_tasks(pending)  # a connection mid-result is closed with the snapshot
 
+    def _last_range(self, index: int | None) -> bool:
+        """Whether the current table is the snapshot's last and the key range ``index`` (None: the whole table) the
+        last of it still read."""
+        state = self.state
+        return state["done"] == len(state["tables"]) - 1 and (
+            index is None or all(at["done"] for i, at in enumerate(state["ranges"]) if i != index))
+
+    async def _keyless(self, reader: Reader, run: _TableRun, info) -> None:
+        """Read a table without a key in one pass of ``reader``'s view, on an unbuffered cursor: its rows go to the
+        sink ``chunk_rows`` at a time (memory stays bounded), and are committed with the table done.
+
+        Raises:
+            pymysql.err.Error, OSError: a query failed (before any row was handed over, when the server refuses it).
+        """
+        import aiomysql
+
+        source, ts, sink, state = reader.source(self.info.server_id), reader.ts, self.daemon.sink, self.state
+        prefix = snapshot_prefix(state["done"], state.get("run", 0))
+        async with reader.conn.cursor(aiomysql.SSCursor) as cur:
+            await cur.execute(info.chunk_sql(None, None, reader.conn.escape))
+            rows = await cur.fetchmany(self.cfg.chunk_rows)
+            while rows:
+                more = await cur.fetchmany(self.cfg.chunk_rows)  # none: these are the table's last
+                changes = list(info.changes(rows, source, ts, state["rows"], prefix))
+                if not more and self._last_range(None):
+                    changes[-1]["source"]["snapshot"] = "last"
+                for item in changes:
+                    sink.change(item)
+                state["rows"] += len(rows)
+                run.rows += len(rows)
+                if sink.over():
+                    await sink.room()
+                rows = more
+        await release(reader.conn)
+
     async def _fetch(self, reader: Reader, rows: ChunkReader, after: list | None, limit: int | None,
                      upto: list | None) -> tuple[list, list | None]:
         """One chunk's rows on ``reader`` (row packets on the fast path, PyMySQL tuples else) and last key, then
@@ -526,20 +569,23 @@ class Snapshot:
         await release(conn)
         return got
 
-    def _write(self, reader: Reader, rows: ChunkReader, info, found) -> None:
+    def _write(self, reader: Reader, rows: ChunkReader, info, found, final: bool = False) -> None:
         """Give the sink the change events of one chunk's rows (see :meth:`_fetch`) read in ``reader``'s view: on
         the fast path as JSON lines in one call when it takes them (``change_lines``: the JSON-lines sink, which
         writes them in its own thread in a bulk load, while the next chunk's go into the reader's other
-        buffer), else one by one. Their ids: :func:`library.identity.snapshot_prefix` of the table and run."""
+        buffer), else one by one. Their ids: :func:`library.identity.snapshot_prefix` of the table and run.
+        ``final``: the snapshot's last chunk, whose last row's ``source.snapshot`` is ``"last"``."""
         source, ts, sink, state = reader.source(self.info.server_id), reader.ts, self.daemon.sink, self.state
         prefix = snapshot_prefix(state["done"], state.get("run", 0))
         if self.fast:
             take = getattr(sink, "change_lines", None)
-            if take is not None and take(rows.lines(found, source, ts, state["rows"], prefix)):
+            if not final and take is not None and take(rows.lines(found, source, ts, state["rows"], prefix)):
                 return
             changes = rows.changes(found, source, ts, state["rows"], prefix)
         else:
-            changes = info.changes(found, source, ts, state["rows"], prefix)
+            changes = list(info.changes(found, source, ts, state["rows"], prefix))
+        if final and changes:
+            changes[-1]["source"]["snapshot"] = "last"
         for item in changes:
             sink.change(item)
 

@@ -203,8 +203,11 @@ def test_wire_reader_equals_pymysql_reader(mariadb_minimal):
             await raw_connection(conn)
             info = await describe(conn, db, "types")
             plain = [orjson.loads(dumps(info.row(r))) for r in await read_chunk(conn, info, None, None)]
-            changes, last = await ChunkReader(info).read(conn, None, 2, {"x": 1}, 0, 0)
-            more, _ = await ChunkReader(info).read(conn, last, None, {"x": 1}, 0, 2)
+            reader = ChunkReader(info)
+            result, last = await reader.fetch(conn, None, 2)
+            changes = reader.changes(result, {"x": 1}, 0, 0, "snapshot:0:0")
+            result, _ = await reader.fetch(conn, last, None)
+            more = reader.changes(result, {"x": 1}, 0, 2, "snapshot:0:0")
             wire = [orjson.loads(dumps(c))["after"] for c in changes + more]
             return plain, wire, last
         finally:
