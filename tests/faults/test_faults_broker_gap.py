@@ -1,0 +1,191 @@
+"""A broker that loses its last transactions while the daemon runs: the daemon sends them again.
+
+- Redis restarted from an older AOF: the AOF directory is copied while the daemon runs, more is written and
+  delivered, Redis is stopped, the copy put back and Redis started again. The daemon's session fails, it
+  reopens the sink, reads the older checkpoint and sends again from there.
+- PostgreSQL with rows deleted behind the daemon: the changes table's rows after the seq it held at one time are
+  deleted and the checkpoint row is set back to the checkpoint it held then (saved at that time), in one
+  transaction that also terminates the daemon's connections (pg_terminate_backend), so the daemon reopens.
+
+In both: the WARNING "... holds less than was delivered to it ..." appears once (one gap),
+binlogd_sink_gaps_total (scraped from /metrics) is 1, the broker's committed position reaches the server's
+binlog end, and at the end the broker holds every change exactly once (read back with the broker's own client:
+no ``source.id`` twice) and the replay equals the table's SELECT.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections import Counter
+
+import psycopg
+import pytest
+
+from binlogd.cli.localserver import LocalServer
+from tests.support.brokers import KINDS, require
+from tests.support.busread import read_bus, redis_checkpoint
+from tests.support.daemon import (
+    DaemonProcess,
+    _file_key,
+    assert_sink_matches,
+    base_overrides,
+    master_status,
+    metric,
+    parse_metrics,
+    replay,
+    scrape,
+    wait_caught_up,
+)
+
+pytestmark = pytest.mark.server
+GAP = "holds less than was delivered to it"
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A MariaDB server of the machine's installation (FULL row metadata), started; removed after."""
+    s = LocalServer(extra_args=["--binlog-row-metadata=FULL"])
+    try:
+        s.start()
+        yield s
+    finally:
+        s.cleanup()
+
+
+def write(server: LocalServer, db: str, first: int, count: int) -> None:
+    """``count`` transactions: each inserts two rows, updates an earlier one and every third deletes one."""
+    conn = server.connect(database=db, autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            for k in range(first, first + count):
+                cur.execute("INSERT INTO t VALUES (%s, %s, 0), (%s, %s, 0)", (2 * k, f"v{k}", 2 * k + 1, f"w{k}"))
+                cur.execute("UPDATE t SET n = n + 1, v = CONCAT(v, '+') WHERE id = %s", (2 * k - 3,))
+                if k % 3 == 0:
+                    cur.execute("DELETE FROM t WHERE id = %s", (2 * k - 4,))
+                conn.commit()
+    finally:
+        conn.close()
+
+
+def committed(kind: str, broker) -> dict | None:
+    """The checkpoint the broker holds, read with its own client."""
+    if kind == "redis":
+        return redis_checkpoint(broker.url)
+    with psycopg.connect(broker.url) as conn:
+        row = conn.execute("SELECT checkpoint::text FROM binlogd_changes_checkpoint").fetchone()
+    return json.loads(row[0]) if row else None
+
+
+def wait_broker_caught_up(kind: str, broker, server, d: DaemonProcess, timeout: float = 40.0) -> dict:
+    """Until the broker's own checkpoint is at or past the server's binlog end."""
+    file, pos = master_status(server)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cp = committed(kind, broker)
+        except Exception:  # noqa: BLE001 (a broker coming back)
+            cp = None
+        if cp and (_file_key(cp["position"]["file"]), int(cp["position"]["pos"])) >= (_file_key(file), pos):
+            return cp
+        assert d.running, f"binlogd exited (rc={d.proc.returncode}); stderr:\n{d.stderr}"
+        assert time.monotonic() < deadline, \
+            f"the broker's checkpoint {cp and cp['position']} did not reach {file}:{pos}; stderr:\n{d.stderr}"
+        time.sleep(0.1)
+
+
+def aof_dir(broker):
+    """Redis 7's AOF directory (appendonlydir: its manifest and files)."""
+    found = [p for p in broker.dir.iterdir() if p.is_dir() and p.name.startswith("appendonly")]
+    assert len(found) == 1, sorted(p.name for p in broker.dir.iterdir())
+    return found[0]
+
+
+def lose_redis(broker, saved) -> None:
+    """Stop Redis, put the older AOF copy back, start it again (same port)."""
+    broker.stop()
+    live = aof_dir(broker)
+    shutil.rmtree(live)
+    shutil.copytree(saved, live)
+    broker.start()
+
+
+def lose_postgres(broker, saved_seq: int, saved_cp: str) -> int:
+    """In one transaction: delete the changes after ``saved_seq``, set the checkpoint row back to ``saved_cp``,
+    and terminate binlogd's connections (the lock keeps its next open waiting until the commit). Returns how
+    many rows were deleted."""
+    out = broker.psql(
+        "BEGIN; LOCK TABLE binlogd_changes, binlogd_changes_checkpoint IN ACCESS EXCLUSIVE MODE; "
+        f"WITH gone AS (DELETE FROM binlogd_changes WHERE seq > {saved_seq} RETURNING 1) "
+        "SELECT count(*) FROM gone; "
+        f"UPDATE binlogd_changes_checkpoint SET checkpoint = '{saved_cp.replace(chr(39), chr(39) * 2)}'::jsonb; "
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        f"WHERE usename = '{broker.user}' AND pid <> pg_backend_pid(); COMMIT;", database=broker.database)
+    return int(out.split()[0])
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+def test_a_broker_that_lost_its_last_transactions_is_sent_them_again(kind, server, tmp_path):
+    """After the broker lost what was delivered after a point (an older AOF; rows and checkpoint set back), the
+    running daemon re-sends from the broker's checkpoint: one gap warning, gaps_total 1, every change once,
+    replay == SELECT."""
+    require(kind)
+    db = f"gap_{uuid.uuid4().hex[:10]}"
+    server.sql(f"CREATE DATABASE `{db}`")
+    server.sql(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(200), n INT)")
+    try:
+        with KINDS[kind]() as broker:
+            o = base_overrides(server, tmp_path, **{"source.start": "current", "filters.include_schemas": db})
+            o.update({"sink.kind": kind, f"sink.{kind}.url": broker.url})
+            d = DaemonProcess(o)
+            try:
+                d.wait_streaming(timeout=60)
+                port = d.metrics_port()
+                write(server, db, 1, 20)
+                wait_caught_up(server, tmp_path / "checkpoint.json", timeout=40, daemon=d)
+                before = wait_broker_caught_up(kind, broker, server, d)
+                held = [c for c in read_bus(kind, broker.url) if c["schema"] == db]
+                if kind == "redis":
+                    saved = tmp_path / "aof-copy"
+                    shutil.copytree(aof_dir(broker), saved)   # while the daemon runs
+                else:
+                    saved_seq = max(c["_id"] for c in held)
+                    saved_cp = broker.psql("SELECT checkpoint::text FROM binlogd_changes_checkpoint",
+                                           database=broker.database).strip()
+                    assert json.loads(saved_cp)["position"] == before["position"]
+                write(server, db, 21, 20)
+                after = wait_broker_caught_up(kind, broker, server, d)
+                assert after["position"] != before["position"]
+                assert len([c for c in read_bus(kind, broker.url) if c["schema"] == db]) > len(held)
+                assert d.count(GAP) == 0, d.stderr
+
+                if kind == "redis":
+                    lose_redis(broker, saved)
+                    assert committed(kind, broker)["position"] == before["position"], "the older AOF is not back"
+                    assert len([c for c in read_bus(kind, broker.url) if c["schema"] == db]) == len(held)
+                else:
+                    assert lose_postgres(broker, saved_seq, saved_cp) > 0
+                write(server, db, 41, 10)  # the daemon finds its connection gone at the latest here
+                d.wait_for_line(GAP, timeout=40)
+                wait_broker_caught_up(kind, broker, server, d)
+                write(server, db, 51, 5)
+                wait_broker_caught_up(kind, broker, server, d)
+                gaps = metric(parse_metrics(scrape(port)[1]), "binlogd_sink_gaps_total")
+                assert d.terminate() == 0, d.stderr
+            finally:
+                if d.running:
+                    d.kill()
+            changes = [c for c in read_bus(kind, broker.url) if c["schema"] == db]
+        warnings = [line for line in d.stderr.splitlines() if GAP in line]
+        assert len(warnings) == 1 and " WARNING " in warnings[0], d.stderr
+        assert before["position"]["file"] in warnings[0] and str(before["position"]["pos"]) in warnings[0], \
+            warnings[0]
+        assert gaps == 1, f"binlogd_sink_gaps_total is {gaps}"
+        ids = Counter(c["source"]["id"] for c in changes)
+        twice = [i for i, n in ids.items() if n > 1]
+        assert not twice, f"{len(twice)} changes held twice, e.g. {twice[:5]}"
+        assert_sink_matches(server, db, ["t"], replay(changes))
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
