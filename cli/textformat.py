@@ -6,6 +6,7 @@ import time
 
 from binlogd.library.serialize import dumps
 from binlogd.protocol import events as E
+from binlogd.protocol.jsonb import JsonDiffs
 
 _OP = {"insert": "INSERT INTO", "update": "UPDATE", "delete": "DELETE FROM"}
 
@@ -20,8 +21,21 @@ def _value(v) -> str:
     return str(v)
 
 
+def _diffs(column: str, diffs: JsonDiffs) -> str:
+    """A partially updated JSON column as mysqlbinlog -v writes it: the diffs applied to the column, in order."""
+    expr = column
+    for d in diffs:
+        path = _value(d.path)
+        if d.op == "REMOVE":
+            expr = f"JSON_REMOVE({expr}, {path})"
+        else:
+            fn = "JSON_ARRAY_INSERT" if d.op == "INSERT" and d.path.endswith("]") else f"JSON_{d.op}"
+            expr = f"{fn}({expr}, {path}, {_value(dumps(d.value).decode())})"
+    return expr
+
+
 def _image(row: dict) -> list[str]:
-    return [f"###   {k}={_value(v)}" for k, v in row.items()]
+    return [f"###   {k}={_diffs(k, v) if type(v) is JsonDiffs else _value(v)}" for k, v in row.items()]
 
 
 def format_event(event: E.Event) -> str:

@@ -12,7 +12,8 @@ tuples.
   logged with one), on every event of the transaction once its end is seen.
 - ``changes``: one row per row change, built by
   :func:`library.serialize.change_events` (the JSON-lines contract), with
-  ``before``/``after`` as JSON text unless the caller's schema asks for more.
+  ``before``/``after`` as JSON text unless the caller's schema asks for more, and
+  ``json_diffs`` (partial JSON updates, apart from ``after``) as JSON text or null.
 - ``index``: one row per file, :func:`binlogd.protocol.fileinfo.describe`.
 
 Transaction boundaries come from :class:`binlogd.protocol.position.PositionTracker`, the
@@ -32,7 +33,7 @@ from typing import Iterator
 
 from binlogd.library import storage
 from binlogd.library.checkpointfile import Checkpoint, jsonl_committed
-from binlogd.library.jsonrows import images_json
+from binlogd.library.jsonrows import images_json, json_diffs_json
 from binlogd.library.serialize import change_events, dumps, flatten
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
@@ -44,8 +45,8 @@ from binlogd.protocol.reader import EventReader, check_magic, event_bounds, iter
 
 EVENTS_COLUMNS = ("file", "pos", "next_pos", "timestamp", "type", "server_id", "event_length", "gtid", "xid",
                   "inner")
-CHANGES_COLUMNS = ("op", "schema", "table", "before", "after", "ts", "gtid", "file", "pos", "row", "server_id",
-                   "event_seq")
+CHANGES_COLUMNS = ("op", "schema", "table", "before", "after", "json_diffs", "ts", "gtid", "file", "pos", "row",
+                   "server_id", "event_seq")
 INDEX_COLUMNS = ("file", "size", "binlog_version", "server_version", "checksum", "begin_time", "end_time",
                  "next_file", "first_gtid", "last_gtid", "closed_cleanly", "method", "truncated_at")
 CORRUPT = "_corrupt"
@@ -336,7 +337,8 @@ class ChangeRows(Rows):
             else:
                 befores, afters = (images, [None] * len(images)) if op == "delete" else ([None] * len(images), images)
             n = len(befores)
-            columns = (repeat(op, n), repeat(event.schema, n), repeat(event.table, n), befores, afters,
+            diffs = json_diffs_json(event) if op == "update" else repeat(None, n)
+            columns = (repeat(op, n), repeat(event.schema, n), repeat(event.table, n), befores, afters, diffs,
                        repeat(h.timestamp, n), repeat(gtid, n), repeat(file, n), repeat(h.pos, n), range(n),
                        repeat(h.server_id, n), repeat(seq, n), *(repeat(x, n) for x in extra))
             for col, values in zip(self.cols, columns):  # a column at a time: CHANGES_COLUMNS' order
@@ -346,8 +348,9 @@ class ChangeRows(Rows):
         for ch in change_events(event, file, gtid):
             src = ch["source"]
             before, after = convert(ch["before"], ch["after"], ch)
-            append([ch["op"], ch["schema"], ch["table"], before, after, ch["ts"], gtid, file, src["pos"],
-                    src["row"], src["server_id"], seq, *extra])
+            diffs = ch.get("json_diffs")
+            append([ch["op"], ch["schema"], ch["table"], before, after, None if diffs is None else dumps(diffs),
+                    ch["ts"], gtid, file, src["pos"], src["row"], src["server_id"], seq, *extra])
 
 
 def json_text_pair(before, after, change=None):
@@ -448,7 +451,9 @@ def read_jsonl(path: str, rows: ChangeRows, stop: int | None = None, skip_corrup
                 seq = 0
             last_key, last_row = key, row
             before, after = convert(ch.get("before"), ch.get("after"), ch)
-            rows._append([ch["op"], ch["schema"], ch["table"], before, after, ch["ts"], src.get("gtid"),
+            diffs = ch.get("json_diffs")
+            rows._append([ch["op"], ch["schema"], ch["table"], before, after, None if diffs is None else dumps(diffs),
+                          ch["ts"], src.get("gtid"),
                           src["file"], src["pos"], row, src.get("server_id"), seq, *extra])
             offset += len(line) + 1
             if rows.n >= batch_rows:

@@ -79,7 +79,8 @@ _TYPES: dict[str, DataType] = {
     "xid": LongType(), "inner": IntegerType(),
     # changes
     "op": StringType(), "schema": StringType(), "table": StringType(), "before": StringType(),
-    "after": StringType(), "ts": LongType(), "row": IntegerType(), "event_seq": IntegerType(),
+    "after": StringType(), "json_diffs": StringType(), "ts": LongType(), "row": IntegerType(),
+    "event_seq": IntegerType(),
     # index
     "size": LongType(), "binlog_version": IntegerType(), "server_version": StringType(),
     "checksum": StringType(), "begin_time": LongType(), "end_time": LongType(), "next_file": StringType(),
@@ -302,7 +303,7 @@ class _Reader:
 
     def _tuples(self, chunks, picks):
         text = {i for i, f in enumerate(self.schema.fields)
-                if f.name in ("before", "after") and isinstance(f.dataType, StringType)}
+                if f.name in ("before", "after", "json_diffs") and isinstance(f.dataType, StringType)}
         for cols in chunks:
             selected = [cols[p] for p in picks]
             for i in text:

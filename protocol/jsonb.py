@@ -26,7 +26,9 @@ in sql/json_diff.cc): the row image holds the column like a full JSON value, a
 4-byte little-endian length followed by that many bytes; those bytes are a
 sequence of diffs, each ``operation:u8 path-length:lenenc path value-length:lenenc
 value`` where the value part is absent for REMOVE. :func:`decode_json_diff` takes
-the bytes *after* the 4-byte length, just as :func:`decode_json` does.
+the bytes *after* the 4-byte length, just as :func:`decode_json` does, and returns a
+:class:`JsonDiffs`: a type of its own, so that a diff is never taken for a document
+(a JSON column may hold a list that looks like diffs).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from .values import decimal_size, decimal_text
 __all__ = [
     "MAX_DEPTH",
     "JsonDiff",
+    "JsonDiffs",
     "decode_json",
     "decode_json_diff",
 ]
@@ -113,6 +116,19 @@ class JsonDiff:
     op: str
     path: str
     value: object | None
+
+
+class JsonDiffs(tuple):
+    """The diffs of one partially updated JSON column (a tuple of :class:`JsonDiff`, in the order the
+    server applies them to the column's value before the update), as an update's after image holds
+    them in place of the document. Empty: the server logged the column as changed by no diff.
+    Serialisers write it apart from the row image (``json_diffs``); orjson refuses it as a value.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"JsonDiffs({list(self)!r})"
 
 
 def _err(message: str) -> EventDecodeError:
@@ -341,7 +357,7 @@ def _lenenc(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return _U64.unpack_from(buf, pos + 1)[0], pos + 9
 
 
-def decode_json_diff(data: bytes | bytearray | memoryview) -> list[JsonDiff]:
+def decode_json_diff(data: bytes | bytearray | memoryview) -> JsonDiffs:
     """Decode the diffs of one partially updated JSON column.
 
     Args:
@@ -376,7 +392,7 @@ def decode_json_diff(data: bytes | bytearray | memoryview) -> list[JsonDiff]:
             value = decode_json(buf[pos : pos + value_length])
             pos += value_length
         diffs.append(JsonDiff(_OPS[op], path, value))
-    return diffs
+    return JsonDiffs(diffs)
 
 
 # --- DECIMAL binary format (NEWDECIMAL columns and opaque JSON decimals) ----------

@@ -29,7 +29,7 @@ from binlogd.library.lazyjson import orjson
 from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol.charsets import charset_for_collation, codec_for_collation
 from binlogd.protocol.constants import ColumnType as T
-from binlogd.protocol.jsonb import JsonDiff
+from binlogd.protocol.jsonb import JsonDiff, JsonDiffs
 from binlogd.protocol.tablemap import BLOB_TYPES, Column
 
 Render = Callable[[object], str]
@@ -114,19 +114,24 @@ def _json(v) -> str:
 
 
 def json_diff_sql(column_sql: str, diffs: list[JsonDiff]) -> str:
-    """A PARTIAL_UPDATE_ROWS column: its JSON diffs applied to the column's current value."""
+    """A PARTIAL_UPDATE_ROWS column: its JSON diffs applied in order to the column's current value, as the
+    server applies them (and as mysqlbinlog writes them): REPLACE as JSON_REPLACE, REMOVE as JSON_REMOVE,
+    INSERT of an array element (a path ending in ``]``: placed at that index, the later ones shifted, or
+    appended past the end) as JSON_ARRAY_INSERT, INSERT of an object member as JSON_INSERT."""
     expr = column_sql
     for d in diffs:
         if d.op == "REMOVE":
             expr = f"JSON_REMOVE({expr}, {quote(d.path)})"
         else:
-            expr = f"JSON_{d.op}({expr}, {quote(d.path)}, {_json(d.value)})"
+            fn = "JSON_ARRAY_INSERT" if d.op == "INSERT" and d.path.endswith("]") else f"JSON_{d.op}"
+            expr = f"{fn}({expr}, {quote(d.path)}, {_json(d.value)})"
     return expr
 
 
 def is_json_diff(value) -> bool:
-    """True when a JSON column's value in an update's after image is a list of diffs, not a document."""
-    return isinstance(value, list) and bool(value) and isinstance(value[0], JsonDiff)
+    """True when a JSON column's value in an update's after image is its diffs (:class:`JsonDiffs`), not a
+    document (a document may be a list that looks like diffs; an empty JsonDiffs changes nothing)."""
+    return type(value) is JsonDiffs
 
 
 def _vector(constructor: str) -> Render:

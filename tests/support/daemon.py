@@ -41,6 +41,7 @@ from types import SimpleNamespace
 
 from binlogd.daemon.service import Daemon
 from tests.support.flavour import binlog_status
+from tests.support.jsondiff import apply_json_diffs
 
 REPO = Path(__file__).resolve().parents[2]
 _SCRIPT = Path(sys.executable).parent / "binlogd"
@@ -374,7 +375,10 @@ SOURCE_KEYS = {"server_id", "file", "pos", "gtid", "row"}
 
 def check_change_shape(change: dict) -> None:
     """ARCHITECTURE.md's change-event shape; AssertionError naming what is wrong."""
-    assert set(change) == CHANGE_KEYS, f"change keys {sorted(change)} != {sorted(CHANGE_KEYS)}: {change}"
+    diffs = change.get("json_diffs")  # a partial JSON update's diffs, apart from "after"
+    assert set(change) - {"json_diffs"} == CHANGE_KEYS, f"change keys {sorted(change)} != {sorted(CHANGE_KEYS)}: {change}"
+    assert diffs is None or change["op"] == "update" and isinstance(diffs, dict) and all(
+        isinstance(d, list) and k not in change["after"] for k, d in diffs.items()), change
     assert change["op"] in ("insert", "update", "delete"), change
     assert isinstance(change["schema"], str) and isinstance(change["table"], str), change
     src = change["source"]
@@ -426,10 +430,13 @@ def replay(changes: Iterable[dict], pk: str | tuple[str, ...] | dict = "id", sch
             k0, k1 = _key(c["before"], cols), _key(c["after"], cols)
             if strict and rows.get(k0) != c["before"]:
                 raise ReplayError(f"{where}: before image {c['before']} is not the current row {rows.get(k0)}")
-            rows.pop(k0, None)
+            old = rows.pop(k0, None)
             if strict and k1 in rows:
                 raise ReplayError(f"{where}: update moves key {k0!r} onto existing key {k1!r}")
             rows[k1] = c["after"]
+            if c.get("json_diffs"):  # partial JSON: the diffs apply to the value before the update
+                rows[k1] = {**c["after"], **{col: apply_json_diffs((old or c["before"])[col], diffs)
+                                            for col, diffs in c["json_diffs"].items()}}
         else:
             k = _key(c["before"], cols)
             if strict and rows.get(k) != c["before"]:

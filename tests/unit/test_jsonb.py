@@ -21,6 +21,7 @@ from binlogd.protocol.errors import EventDecodeError, ProtocolError
 from binlogd.protocol.jsonb import (
     MAX_DEPTH,
     JsonDiff,
+    JsonDiffs,
     decode_json,
     decode_json_diff,
 )
@@ -531,7 +532,7 @@ def test_json_diffs():
         + diff(1, "$.e", raw_value=b"")  # empty value is JSON null
         + diff(0, "$.big", big)
     )
-    assert decode_json_diff(data) == [
+    assert list(decode_json_diff(data)) == [
         JsonDiff("REPLACE", "$.a", 5),
         JsonDiff("INSERT", "$.b[0]", {"x": [1, "y"]}),
         JsonDiff("REMOVE", "$.c", None),
@@ -539,8 +540,8 @@ def test_json_diffs():
         JsonDiff("INSERT", "$.e", None),
         JsonDiff("REPLACE", "$.big", big),
     ]
-    assert decode_json_diff(b"") == []
-    assert decode_json_diff(memoryview(diff(2, "$.é"))) == [JsonDiff("REMOVE", "$.é", None)]
+    assert decode_json_diff(b"") == JsonDiffs() and type(decode_json_diff(b"")) is JsonDiffs
+    assert decode_json_diff(memoryview(diff(2, "$.é"))) == (JsonDiff("REMOVE", "$.é", None),)
     with pytest.raises(AttributeError):
         JsonDiff("REMOVE", "$", None).op = "x"  # frozen
 
@@ -668,7 +669,7 @@ def test_mysql_8_rows_checked_against_generated_columns():
                 new, pos = read_row(body, pos, partial, after)
                 images = [old, new]
                 if partial:
-                    assert new[1] == [JsonDiff("REPLACE", "$.age", new[3])]
+                    assert new[1] == (JsonDiff("REPLACE", "$.age", new[3]),)
                     diffs += 1
                     images = [old]
             for row in images:

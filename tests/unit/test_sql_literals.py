@@ -11,10 +11,10 @@ import struct
 
 import pytest
 
-from binlogd.library.sqlwriter.literals import ident, json_diff_sql, quote, renderer
+from binlogd.library.sqlwriter.literals import ident, is_json_diff, json_diff_sql, quote, renderer
 from binlogd.library.sqlwriter.sqlerrors import SqlOutError
 from binlogd.protocol.constants import ColumnType as T
-from binlogd.protocol.jsonb import JsonDiff
+from binlogd.protocol.jsonb import JsonDiff, JsonDiffs
 from binlogd.protocol.tablemap import Column
 
 UTF8MB4, LATIN1, BINARY, UCS2, ARMSCII8 = 45, 8, 63, 35, 32
@@ -100,3 +100,18 @@ def test_json_diffs_apply_in_order():
     diffs = [JsonDiff("REPLACE", "$.a", 1), JsonDiff("INSERT", "$.b", [True]), JsonDiff("REMOVE", "$.c", None)]
     assert json_diff_sql("`j`", diffs) == (
         "JSON_REMOVE(JSON_INSERT(JSON_REPLACE(`j`, '$.a', CAST('1' AS JSON)), '$.b', CAST('[true]' AS JSON)), '$.c')")
+
+
+def test_json_diff_inserting_an_array_element_is_an_array_insert():
+    """The server inserts at the index (shifting the rest, or appending past the end): JSON_ARRAY_INSERT."""
+    diffs = [JsonDiff("INSERT", "$.b[7]", 10), JsonDiff("INSERT", '$."k]"', 1), JsonDiff("REPLACE", "$.c[0]", 2)]
+    assert json_diff_sql("`j`", diffs) == (
+        "JSON_REPLACE(JSON_INSERT(JSON_ARRAY_INSERT(`j`, '$.b[7]', CAST('10' AS JSON)), '$.\"k]\"', "
+        "CAST('1' AS JSON)), '$.c[0]', CAST('2' AS JSON))")
+
+
+def test_only_json_diffs_are_diffs():
+    """A JSON document that is a list of diff-like objects is a value; an empty JsonDiffs is diffs."""
+    assert is_json_diff(JsonDiffs()) and is_json_diff(JsonDiffs([JsonDiff("REMOVE", "$.a", None)]))
+    assert not is_json_diff([{"op": "replace", "path": "$.a", "value": 1}])
+    assert not is_json_diff([JsonDiff("REMOVE", "$.a", None)]) and not is_json_diff([])
