@@ -3,15 +3,17 @@ binlog_transaction_compression=ON, whose transactions are each one TRANSACTION_P
 events.
 
 The load, each in one transaction: inserts into two tables; updates of several rows of one and deletes of several
-rows of the other; one multi-row ``INSERT … SELECT``. Into jsonl, Redis, NATS and PostgreSQL, with one SIGKILL of
-the daemon in the middle of the load and a restart. Read back independently of binlogd's sinks, it is proved that:
+rows of the other; a multi-row ``INSERT … SELECT``; once, a big ``INSERT … SELECT`` (3,600 rows in about 50 rows
+events of one payload). Into jsonl, Redis, NATS and PostgreSQL, with one SIGKILL of the daemon in the middle of the
+load (right after the big one committed) and a restart. Read back independently of binlogd's sinks, it is proved
+that:
 
 - every ``source.id`` is delivered once;
 - the changes of one transaction (one GTID) share ``file:pos``, which is where the server's SHOW BINLOG EVENTS has
   a ``Transaction_payload`` event; their rows events differ in the inner offset (not 0), and each rows event's
   ``row`` counts 0, 1, 2, …;
 - the replay equals each table's SELECT, and the daemon catches up with the server (NATS moves on past the first
-  transaction: every transaction is in the stream);
+  transaction: every transaction is in the stream) and stops within 10 s of a SIGTERM;
 - the number of changes per transaction is the number of rows the client's statements changed, and the whole
   count per table and kind is what ``mysqlbinlog -v`` (MySQL's own decoder) prints for the server's binlog.
 """
@@ -83,6 +85,7 @@ class Load:
         self.rounds = 0
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self.want_big, self.big_done = threading.Event(), threading.Event()  # one big INSERT ... SELECT
         self._thread = threading.Thread(target=self._run, daemon=True, name="compressed-load")
 
     def start(self) -> Load:
@@ -129,6 +132,10 @@ class Load:
                          f"DELETE FROM b WHERE id BETWEEN {base} AND {base + 2}"])
         self._txn(conn, [f"INSERT INTO b (id, a_id, w) SELECT id + 500, id, CONCAT('sel ', v) FROM a "
                          f"WHERE id BETWEEN {base} AND {base + 9}"])
+        if self.want_big.is_set() and not self.big_done.is_set():  # a's first 60 rows squared: 3,600 rows
+            self._txn(conn, ["INSERT INTO c SELECT x.id * 100000 + y.id, REPEAT(x.v, 8) FROM a AS x JOIN a AS y "
+                             "WHERE x.id < 7000 AND y.id < 7000"])
+            self.big_done.set()
 
 
 def gtid_number(gtids: str) -> int:
@@ -192,8 +199,10 @@ def check_identities(changes: list[dict], payloads: set[tuple[str, int]], load: 
             assert sorted(numbers) == list(range(len(numbers))), (gtid, inner, sorted(numbers))
         sizes[gtid_number(gtid)] = len(rows)
     assert sizes == load.counts, "changes per transaction (by GTID) != rows the client's statements changed"
-    several = sum(1 for rows in by_txn.values() if len({inner for _, _, inner, _ in rows}) >= 2)
+    events = sorted(len({inner for _, _, inner, _ in rows}) for rows in by_txn.values())
+    several = sum(1 for n in events if n >= 2)
     assert several >= len(by_txn) // 3, f"only {several} of {len(by_txn)} transactions had several rows events"
+    assert events[-1] >= 20, f"the big INSERT ... SELECT had only {events[-1]} rows events"
 
 
 def settings(server, tmp_path, db: str, kind: str, broker) -> dict:
@@ -213,6 +222,7 @@ def test_compressed_transactions_ids_unique_through_a_kill(kind, compressed, tmp
     server.sql(f"CREATE DATABASE `{db}`")
     server.sql(f"CREATE TABLE `{db}`.a (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
     server.sql(f"CREATE TABLE `{db}`.b (id INT PRIMARY KEY, a_id INT, w VARCHAR(60))")
+    server.sql(f"CREATE TABLE `{db}`.c (id BIGINT PRIMARY KEY, pad VARCHAR(400))")
     cp = tmp_path / "checkpoint.json"
     try:
         with broker_for(kind) as broker:
@@ -227,7 +237,9 @@ def test_compressed_transactions_ids_unique_through_a_kill(kind, compressed, tmp
                 while load.rounds < 8 or (read_checkpoint(cp) or {}).get("position", {}).get("pos", 0) <= start:
                     assert time.monotonic() < deadline and d.running, f"no progress; stderr:\n{d.stderr}"
                     time.sleep(0.05)
-                d.kill()  # mid-load: the load goes on
+                load.want_big.set()
+                assert load.big_done.wait(30), "the big INSERT ... SELECT did not commit"
+                d.kill()  # mid-load, likely while the big transaction is being delivered: the load goes on
                 time.sleep(0.5)
                 d = DaemonProcess(o)
                 d.wait_streaming(timeout=60)
@@ -239,7 +251,9 @@ def test_compressed_transactions_ids_unique_through_a_kill(kind, compressed, tmp
                 load_ = load
                 load = None
                 wait_caught_up(server, cp, timeout=60, daemon=d)
+                t0 = time.monotonic()
                 assert d.terminate() == 0, d.stderr
+                assert time.monotonic() - t0 < 10, "SIGTERM took 10 s or more"
             finally:
                 if load is not None:
                     load.stop()
@@ -248,8 +262,8 @@ def test_compressed_transactions_ids_unique_through_a_kill(kind, compressed, tmp
             changes = read_changes(tmp_path / "sink") if broker is None else read_bus(kind, broker.url)
             changes = [c for c in changes if c["schema"] == db]
         check_identities(changes, payload_positions(server), load_)
-        assert len({c["source"]["gtid"] for c in changes}) == len(load_.counts) == 3 * load_.rounds
-        assert_sink_matches(server, db, ["a", "b"], replay(changes))
+        assert len({c["source"]["gtid"] for c in changes}) == len(load_.counts) == 3 * load_.rounds + 1
+        assert_sink_matches(server, db, ["a", "b", "c"], replay(changes))
         decoded = mysqlbinlog_counts(server, db)
         if decoded is not None:
             ours = Counter((c["op"], c["table"]) for c in changes)
