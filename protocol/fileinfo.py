@@ -94,7 +94,7 @@ class _File:
         if start <= offset and end <= start + len(data):
             return data[offset - start:end - start]
         parts, pos = [], offset
-        for segment in self.segments:
+        for segment in list(self.segments):  # a copy: _fetch inserts and merges segments meanwhile
             start, data = segment
             if start <= offset and end <= start + len(data):
                 self._hit = (start, data)
