@@ -100,6 +100,15 @@ class ServerInfo:
         return "SHOW MASTER STATUS"
 
 
+def binlog_format_read(handshake_version: str) -> str:
+    """The SQL that reads ``binlog_format`` on a server whose handshake gave ``handshake_version``: ``@@binlog_format``,
+    but on MySQL 8.0.34+ (which deprecates the variable and warns of every ``@@`` read) its value as data from
+    performance_schema.global_variables (there whether or not the Performance Schema is on; NULL once it is gone)."""
+    if "mariadb" in handshake_version.lower() or version_tuple(handshake_version) < (8, 0, 34):
+        return "@@binlog_format"
+    return "(SELECT VARIABLE_VALUE FROM performance_schema.global_variables WHERE VARIABLE_NAME = 'binlog_format')"
+
+
 def require_tls(conn, cfg) -> None:
     """Refuse a plain-text connection when ``source.tls.mode`` demands TLS.
 
@@ -192,8 +201,9 @@ class SourceConnection:
                               f"{connect_reason(exc, cfg.connect_timeout)}") from None
         require_tls(self.conn, cfg)
         rows = await self.query("SELECT VERSION(), @@version_comment, @@server_id, @@log_bin, "
-                                "@@binlog_format, @@global.binlog_checksum")
+                                f"{binlog_format_read(self.conn.get_server_info())}, @@global.binlog_checksum")
         version_text, comment, server_id, log_bin, fmt, checksum = rows[0]
+        fmt = "ROW" if fmt is None else fmt  # a MySQL without the variable has row-based logging only
         flavor = "mariadb" if "mariadb" in f"{version_text} {comment}".lower() else "mysql"
         if not int(log_bin):
             raise SourceError("misconfigured", f"{cfg.host}:{cfg.port} has binary logging off (log_bin=0)", True)

@@ -1,8 +1,8 @@
 """The daemon's own queries on each real server: server warnings stay data, and a seed's definitions.
 
-- A statement the server warns about (a truncated CAST; on MySQL 9 the daemon's own read of the deprecated
-  ``@@binlog_format``) gives no Python warning through :mod:`binlogd.daemon._aiomysql`, while aiomysql's own
-  cursor turns it into one: a daemon run in this process raises none either.
+- A statement the server warns about (a truncated CAST) gives no Python warning through
+  :mod:`binlogd.daemon._aiomysql`, while aiomysql's own cursor turns it into one: a daemon run in this process
+  raises none either. ``binlog_format`` is read as the server's version allows, without a warning.
 - :meth:`ServerSchema.definitions` (a seed's tables at once; from information_schema on MySQL 8.0+) gives what
   ``SHOW CREATE TABLE`` of each table gives, for every column type, MySQL's VECTOR, generated and invisible
   columns, keys over several columns, tables without a key and other character sets.
@@ -18,6 +18,7 @@ import pytest
 
 from binlogd.daemon import _aiomysql
 from binlogd.daemon.config import load_config
+from binlogd.daemon.connection import binlog_format_read
 from binlogd.daemon.schemaqueries import ServerSchema
 from tests.support import every_type
 from tests.support.daemon import InProcessDaemon, base_overrides, captured_log
@@ -56,6 +57,21 @@ def test_server_warnings_never_become_python_warnings(mariadb):
     assert any("Truncated" in w for w in _recorded(lambda: results.append(asyncio.run(through(plain)))))
     assert _recorded(lambda: results.append(asyncio.run(through(seam)))) == []
     assert results == [((12,), 1), ((12,), 1)]  # the same answer, the warning counted on the result
+
+
+def test_binlog_format_is_read_as_the_version_allows(mariadb):
+    """MySQL 8.0.34+ deprecates ``@@binlog_format`` and warns of each read; the daemon reads it as data there."""
+    conn = mariadb.connect()
+    try:
+        with conn.cursor() as cur:
+            read = binlog_format_read(conn.get_server_info())
+            assert ("performance_schema" in read) == (mariadb.flavor == "mysql" and mariadb.version_tuple >= (8, 0, 34))
+            cur.execute(f"SELECT {read}")
+            assert cur.fetchall() == (("ROW",),)
+            cur.execute("SHOW WARNINGS")
+            assert cur.fetchall() == ()
+    finally:
+        conn.close()
 
 
 def test_a_daemon_in_this_process_raises_no_python_warning(mariadb, tmp_path):

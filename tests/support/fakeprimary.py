@@ -482,7 +482,8 @@ class _Conn:
         s._touch()
         text = sql.strip().rstrip(";").strip()
         if re.match(r"(?is)^SELECT\s+VERSION\(\)\s*,\s*@@version_comment\s*,\s*@@server_id\s*,\s*@@log_bin\s*,"
-                    r"\s*@@binlog_format\s*,\s*@@global\.binlog_checksum$", text):
+                    r"\s*(@@binlog_format|\(SELECT VARIABLE_VALUE FROM performance_schema\.global_variables "
+                    r"WHERE VARIABLE_NAME = 'binlog_format'\))\s*,\s*@@global\.binlog_checksum$", text):
             await self.result_set(
                 [("VERSION()", TYPE_VAR_STRING), ("@@version_comment", TYPE_VAR_STRING),
                  ("@@server_id", TYPE_LONGLONG), ("@@log_bin", TYPE_LONGLONG),
