@@ -7,8 +7,9 @@
   deleted and the checkpoint row is set back to the checkpoint it held then (saved at that time), in one
   transaction that also terminates the daemon's connections (pg_terminate_backend), so the daemon reopens.
 
-In both: the WARNING "... holds less than was delivered to it ..." appears once (one gap),
-binlogd_sink_gaps_total (scraped from /metrics) is 1, the broker's committed position reaches the server's
+Once with the daemon idle while the broker loses its tail, once twice under a write load (the loss while the
+daemon is delivering). In both: the WARNING "... holds less than was delivered to it ..." appears once per gap,
+binlogd_sink_gaps_total (scraped from /metrics) counts the gaps, the broker's committed position reaches the server's
 binlog end, and at the end the broker holds every change exactly once (read back with the broker's own client:
 no ``source.id`` twice) and the replay equals the table's SELECT.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 import uuid
 from collections import Counter
@@ -183,6 +185,109 @@ def test_a_broker_that_lost_its_last_transactions_is_sent_them_again(kind, serve
         assert before["position"]["file"] in warnings[0] and str(before["position"]["pos"]) in warnings[0], \
             warnings[0]
         assert gaps == 1, f"binlogd_sink_gaps_total is {gaps}"
+        ids = Counter(c["source"]["id"] for c in changes)
+        twice = [i for i, n in ids.items() if n > 1]
+        assert not twice, f"{len(twice)} changes held twice, e.g. {twice[:5]}"
+        assert_sink_matches(server, db, ["t"], replay(changes))
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+class Writer:
+    """A thread of :func:`write` transactions, one at a time with a short pause, until stopped."""
+
+    def __init__(self, server: LocalServer, db: str, first: int):
+        self.server, self.db, self.next = server, db, first
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="gap-writer")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                write(self.server, self.db, self.next, 1)
+                self.next += 1
+                self._stop.wait(0.01)
+        except BaseException as exc:  # noqa: BLE001 (raised by stop())
+            self.error = exc
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+        return self.next
+
+
+def saved_state(kind: str, broker, tmp_path, n: int):
+    """What the broker holds now, kept to be put back by :func:`lose`, and the checkpoint it held at that time
+    or later (the broker's own checkpoint read after the copy: never behind the copy's)."""
+    if kind == "redis":
+        copy = tmp_path / f"aof-copy-{n}"
+        shutil.copytree(aof_dir(broker), copy)  # while the daemon delivers: a prefix of the AOF
+        return copy, committed(kind, broker)
+    seq, cp = broker.psql("SELECT (SELECT coalesce(max(seq), 0) FROM binlogd_changes) || ' ' || checkpoint::text "
+                          "FROM binlogd_changes_checkpoint", database=broker.database).strip().split(" ", 1)
+    return (int(seq), cp), json.loads(cp)
+
+
+def lose(kind: str, broker, saved) -> None:
+    if kind == "redis":
+        lose_redis(broker, saved)
+    else:
+        lose_postgres(broker, *saved)
+
+
+def position(cp: dict) -> tuple:
+    return _file_key(cp["position"]["file"]), int(cp["position"]["pos"])
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+def test_a_broker_losing_its_tail_twice_under_a_write_load(kind, server, tmp_path):
+    """A write load runs throughout; twice the broker is set back to what it held a moment before (after it
+    committed more): two gap warnings, binlogd_sink_gaps_total 2, every change once, replay == SELECT."""
+    require(kind)
+    db = f"gap2_{uuid.uuid4().hex[:10]}"
+    server.sql(f"CREATE DATABASE `{db}`")
+    server.sql(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(200), n INT)")
+    writer = None
+    try:
+        with KINDS[kind]() as broker:
+            o = base_overrides(server, tmp_path, **{"source.start": "current", "filters.include_schemas": db})
+            o.update({"sink.kind": kind, f"sink.{kind}.url": broker.url})
+            d = DaemonProcess(o)
+            try:
+                d.wait_streaming(timeout=60)
+                port = d.metrics_port()
+                writer = Writer(server, db, 1)
+                for n in (1, 2):
+                    wait_broker_caught_up(kind, broker, server, d)  # (the load goes on meanwhile)
+                    saved, at = saved_state(kind, broker, tmp_path, n)
+                    deadline = time.monotonic() + 30
+                    while position(committed(kind, broker)) <= position(at):  # more committed since
+                        assert time.monotonic() < deadline and d.running, d.stderr
+                        time.sleep(0.05)
+                    lose(kind, broker, saved)
+                    lost_at = writer.next
+                    deadline = time.monotonic() + 40
+                    while d.count(GAP) < n or writer.next < lost_at + 30:  # and 30 more written since the loss
+                        assert time.monotonic() < deadline and d.running, f"no gap warning #{n}:\n{d.stderr}"
+                        time.sleep(0.05)
+                writer.stop()
+                writer = None
+                wait_broker_caught_up(kind, broker, server, d)
+                gaps = metric(parse_metrics(scrape(port)[1]), "binlogd_sink_gaps_total")
+                assert d.terminate() == 0, d.stderr
+            finally:
+                if writer is not None:
+                    writer.stop()
+                if d.running:
+                    d.kill()
+            changes = [c for c in read_bus(kind, broker.url) if c["schema"] == db]
+        warnings = [line for line in d.stderr.splitlines() if GAP in line]
+        assert len(warnings) == 2 and all(" WARNING " in w for w in warnings), d.stderr
+        assert gaps == 2, f"binlogd_sink_gaps_total is {gaps}"
         ids = Counter(c["source"]["id"] for c in changes)
         twice = [i for i, n in ids.items() if n > 1]
         assert not twice, f"{len(twice)} changes held twice, e.g. {twice[:5]}"
