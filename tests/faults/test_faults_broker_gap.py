@@ -6,6 +6,8 @@
 - PostgreSQL with rows deleted behind the daemon: the changes table's rows after the seq it held at one time are
   deleted and the checkpoint row is set back to the checkpoint it held then (saved at that time), in one
   transaction that also terminates the daemon's connections (pg_terminate_backend), so the daemon reopens.
+- NATS restarted from an older copy of JetStream's store (taken with the server stopped): the stream holds
+  neither the later changes nor the later checkpoint messages (nor their Nats-Msg-Ids for the duplicate window).
 
 Once with the daemon idle while the broker loses its tail, once twice under a write load (the loss while the
 daemon is delivering). In both: the WARNING "... holds less than was delivered to it ..." appears once per gap,
@@ -16,6 +18,7 @@ no ``source.id`` twice) and the replay equals the table's SELECT.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import threading
@@ -73,12 +76,32 @@ def write(server: LocalServer, db: str, first: int, count: int) -> None:
 
 
 def committed(kind: str, broker) -> dict | None:
-    """The checkpoint the broker holds, read with its own client."""
+    """The checkpoint the broker holds, read with its own client (NATS: the newest message on the stream's
+    checkpoint subject)."""
     if kind == "redis":
         return redis_checkpoint(broker.url)
+    if kind == "nats":
+        return nats_checkpoint(broker.url)
     with psycopg.connect(broker.url) as conn:
         row = conn.execute("SELECT checkpoint::text FROM binlogd_changes_checkpoint").fetchone()
     return json.loads(row[0]) if row else None
+
+
+def nats_checkpoint(url: str, stream: str = "BINLOGD") -> dict | None:
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def go():
+        nc = await nats.connect(url)
+        try:
+            msg = await nc.jetstream().get_last_msg(stream, f"_binlogd.checkpoint.{stream}")
+            return json.loads(msg.data)
+        except NotFoundError:
+            return None
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
 
 
 def wait_broker_caught_up(kind: str, broker, server, d: DaemonProcess, timeout: float = 40.0) -> dict:
@@ -114,6 +137,21 @@ def lose_redis(broker, saved) -> None:
     broker.start()
 
 
+def copy_nats(broker, to) -> None:
+    """A copy of JetStream's store taken with the NATS server stopped (it starts again at once)."""
+    broker.stop()
+    shutil.copytree(broker.dir / "js", to)
+    broker.start()
+
+
+def lose_nats(broker, saved) -> None:
+    """Stop NATS, put the older store copy back, start it again (same port)."""
+    broker.stop()
+    shutil.rmtree(broker.dir / "js")
+    shutil.copytree(saved, broker.dir / "js")
+    broker.start()
+
+
 def lose_postgres(broker, saved_seq: int, saved_cp: str) -> int:
     """In one transaction: delete the changes after ``saved_seq``, set the checkpoint row back to ``saved_cp``,
     and terminate binlogd's connections (the lock keeps its next open waiting until the commit). Returns how
@@ -128,7 +166,7 @@ def lose_postgres(broker, saved_seq: int, saved_cp: str) -> int:
     return int(out.split()[0])
 
 
-@pytest.mark.parametrize("kind", ["redis", "postgres"])
+@pytest.mark.parametrize("kind", ["redis", "postgres", "nats"])
 def test_a_broker_that_lost_its_last_transactions_is_sent_them_again(kind, server, tmp_path):
     """After the broker lost what was delivered after a point (an older AOF; rows and checkpoint set back), the
     running daemon re-sends from the broker's checkpoint: one gap warning, gaps_total 1, every change once,
@@ -152,6 +190,9 @@ def test_a_broker_that_lost_its_last_transactions_is_sent_them_again(kind, serve
                 if kind == "redis":
                     saved = tmp_path / "aof-copy"
                     shutil.copytree(aof_dir(broker), saved)   # while the daemon runs
+                elif kind == "nats":
+                    saved = tmp_path / "js-copy"
+                    copy_nats(broker, saved)
                 else:
                     saved_seq = max(c["_id"] for c in held)
                     saved_cp = broker.psql("SELECT checkpoint::text FROM binlogd_changes_checkpoint",
@@ -163,9 +204,9 @@ def test_a_broker_that_lost_its_last_transactions_is_sent_them_again(kind, serve
                 assert len([c for c in read_bus(kind, broker.url) if c["schema"] == db]) > len(held)
                 assert d.count(GAP) == 0, d.stderr
 
-                if kind == "redis":
-                    lose_redis(broker, saved)
-                    assert committed(kind, broker)["position"] == before["position"], "the older AOF is not back"
+                if kind in ("redis", "nats"):
+                    (lose_redis if kind == "redis" else lose_nats)(broker, saved)
+                    assert committed(kind, broker)["position"] == before["position"], "the older copy is not back"
                     assert len([c for c in read_bus(kind, broker.url) if c["schema"] == db]) == len(held)
                 else:
                     assert lose_postgres(broker, saved_seq, saved_cp) > 0
@@ -227,6 +268,10 @@ def saved_state(kind: str, broker, tmp_path, n: int):
         copy = tmp_path / f"aof-copy-{n}"
         shutil.copytree(aof_dir(broker), copy)  # while the daemon delivers: a prefix of the AOF
         return copy, committed(kind, broker)
+    if kind == "nats":
+        copy = tmp_path / f"js-copy-{n}"
+        copy_nats(broker, copy)
+        return copy, committed(kind, broker)
     seq, cp = broker.psql("SELECT (SELECT coalesce(max(seq), 0) FROM binlogd_changes) || ' ' || checkpoint::text "
                           "FROM binlogd_changes_checkpoint", database=broker.database).strip().split(" ", 1)
     return (int(seq), cp), json.loads(cp)
@@ -235,6 +280,8 @@ def saved_state(kind: str, broker, tmp_path, n: int):
 def lose(kind: str, broker, saved) -> None:
     if kind == "redis":
         lose_redis(broker, saved)
+    elif kind == "nats":
+        lose_nats(broker, saved)
     else:
         lose_postgres(broker, *saved)
 
@@ -243,7 +290,7 @@ def position(cp: dict) -> tuple:
     return _file_key(cp["position"]["file"]), int(cp["position"]["pos"])
 
 
-@pytest.mark.parametrize("kind", ["redis", "postgres"])
+@pytest.mark.parametrize("kind", ["redis", "postgres", "nats"])
 def test_a_broker_losing_its_tail_twice_under_a_write_load(kind, server, tmp_path):
     """A write load runs throughout; twice the broker is set back to what it held a moment before (after it
     committed more): two gap warnings, binlogd_sink_gaps_total 2, every change once, replay == SELECT."""
