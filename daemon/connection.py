@@ -100,6 +100,14 @@ class ServerInfo:
         return "SHOW MASTER STATUS"
 
 
+def binlog_status_sql(handshake_version: str) -> str:
+    """The statement for the binlog's end on a server whose handshake gave ``handshake_version``: ``SHOW MASTER
+    STATUS``, but on MySQL 8.2+ (deprecated there, gone from 8.4) ``SHOW BINARY LOG STATUS``."""
+    if "mariadb" not in handshake_version.lower() and version_tuple(handshake_version) >= (8, 2, 0):
+        return "SHOW BINARY LOG STATUS"
+    return "SHOW MASTER STATUS"
+
+
 def binlog_format_read(handshake_version: str) -> str:
     """The SQL that reads ``binlog_format`` on a server whose handshake gave ``handshake_version``: ``@@binlog_format``,
     but on MySQL 8.0.34+ (which deprecates the variable and warns of every ``@@`` read) its value as data from

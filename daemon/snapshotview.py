@@ -22,7 +22,7 @@ import dataclasses
 
 from binlogd.protocol.position import Position
 
-from .connection import SourceError
+from .connection import SourceError, binlog_status_sql
 
 _SAVEPOINT = "binlogd_snapshot"
 _START = "START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT"
@@ -112,19 +112,14 @@ async def open_view_locked(conn) -> Position:
 
 
 async def binlog_end(conn) -> Position:
-    """The server's binlog end: ``SHOW MASTER STATUS`` (``SHOW BINARY LOG STATUS`` where that is gone), with
-    the GTID set of MySQL's fifth column (none on MariaDB).
+    """The server's binlog end: ``SHOW MASTER STATUS`` (``SHOW BINARY LOG STATUS`` on the versions that have it:
+    :func:`~binlogd.daemon.connection.binlog_status_sql`), with the GTID set of MySQL's fifth column (none on MariaDB).
 
     Raises:
         SourceError: (fatal) binary logging is off.
         pymysql.err.Error, OSError: the query failed.
     """
-    import pymysql
-
-    try:
-        rows = await query(conn, "SHOW MASTER STATUS")
-    except pymysql.err.ProgrammingError:
-        rows = await query(conn, "SHOW BINARY LOG STATUS")
+    rows = await query(conn, binlog_status_sql(conn.get_server_info()))
     if not rows:
         raise SourceError("misconfigured", "snapshot: the server has binary logging off", fatal=True)
     row = rows[0]
