@@ -179,3 +179,26 @@ def test_the_diff_applier_follows_the_server() -> None:
     with pytest.raises(ValueError):
         apply_json_diffs({"a": [1]}, [{"op": "remove", "path": "$.a[1]"}])
     assert apply_json_diffs({"a": [1, 2]}, [{"op": "remove", "path": "$.a[last]"}]) == {"a": [1]}
+
+
+def test_spark_changes_shape_from_the_binlog_and_from_json_lines(tmp_path, speedups) -> None:
+    """pipeline.decode (no Spark): the json_diffs column next to after, from row images, from change dicts (a
+    typed after) and from the daemon's JSON lines alike."""
+    from pyspark.sql.types import MapType, StringType
+
+    from binlogd.pipeline import decode as D
+    from binlogd.pipeline.convert import pair_converter
+
+    want = [dumps({"j": DIFFS}), b'{"j":[]}', None]
+    by_images = D.ChangeRows("f.000001")
+    by_images.add(partial_event())
+    by_dicts = D.ChangeRows("f.000001", convert=pair_converter(StringType(), MapType(StringType(), StringType())))
+    by_dicts.add(partial_event())
+    path = tmp_path / "changes-000001.jsonl"
+    path.write_bytes(jsonrows.change_lines(partial_event(), "f.000001", None)[0])
+    from_lines = D.ChangeRows(str(path))
+    [cols] = list(D.read_jsonl(str(path), from_lines))
+    for columns in (dict(zip(by_images.names, by_images.take())), dict(zip(by_dicts.names, by_dicts.take())),
+                    dict(zip(from_lines.names, cols))):
+        assert columns["json_diffs"] == want
+    assert orjson.loads(cols[D.CHANGES_COLUMNS.index("after")][0]) == {"id": 1, "k": LOOKALIKE}
