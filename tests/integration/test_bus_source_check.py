@@ -1,10 +1,12 @@
 """A broker's committed position names its source: two daemons of different sources sharing one broker position.
 
-Two MariaDB servers (server_id 11 and 12, both with binlog base name ``binlog``, so their file:pos look alike)
-and one broker with the default names (Redis ``binlogd:checkpoint:binlogd``, PostgreSQL ``binlogd_changes``,
-NATS stream ``BINLOGD``). The first daemon streams server 11 into it and stops. The second, pointed at server
-12 with a work directory of its own (no local checkpoint: the broker's is all it has), exits 8 with one
-ERROR line naming both servers, and the broker holds exactly what it held before (read back independently).
+Two servers whose binlogs look alike (both with binlog base name ``binlog``): two MariaDB servers (server_id 11
+and 12), or two MySQL 9.7 servers of one server_id (1) and two server UUIDs; and one broker with the default
+names (Redis ``binlogd:checkpoint:binlogd``, PostgreSQL ``binlogd_changes``, NATS stream ``BINLOGD``). The first
+daemon streams the first server into it and stops. The second, pointed at the other server with a work directory
+of its own (no local checkpoint: the broker's is all it has), exits 8 with one ERROR line naming both servers,
+and the broker holds exactly what it held before (read back independently). Given a checkpoint key, table or
+stream of its own, the same second daemon streams its server there, and the first one's data is untouched.
 """
 
 from __future__ import annotations
@@ -16,25 +18,54 @@ import uuid
 import pytest
 
 from binlogd.cli.localserver import LocalServer
+from tests.support import servers
 from tests.support.brokers import KINDS, require
-from tests.support.busread import read_bus
+from tests.support.busread import read_bus, read_nats, read_postgres, read_redis
 from tests.support.daemon import DaemonProcess, assert_sink_matches, base_overrides, replay, wait_caught_up
 
 pytestmark = pytest.mark.server
 ALL = ["redis", "nats", "postgres"]
 
 
-@pytest.fixture(scope="module")
-def two_servers():
-    """Two MariaDB servers of the machine's installation, server_id 11 and 12, started; removed after."""
-    servers = [LocalServer(extra_args=["--binlog-row-metadata=FULL", f"--server-id={i}"]) for i in (11, 12)]
+@pytest.fixture(scope="module", params=["mariadb", "mysql"])
+def two_servers(request):
+    """Two servers, started; removed after: MariaDB of the machine's installation, server_id 11 and 12, or MySQL
+    9.7, both server_id 1 (each its own server UUID); the MySQL pair skips when 9.7 cannot be fetched."""
+    if request.param == "mysql":
+        try:
+            bins = servers.binaries(servers.MYSQL)
+        except servers.Unavailable as exc:
+            pytest.skip(f"MySQL 9.7 unavailable (fetching it from Debian is outside our control): {exc}")
+        pair = [LocalServer(binaries=bins, extra_args=["--binlog-row-metadata=FULL"]) for _ in (1, 2)]
+    else:
+        pair = [LocalServer(extra_args=["--binlog-row-metadata=FULL", f"--server-id={i}"]) for i in (11, 12)]
     try:
-        for s in servers:
+        for s in pair:
             s.start()
-        yield servers
+        yield pair
     finally:
-        for s in servers:
+        for s in pair:
             s.cleanup()
+
+
+def identity(server: LocalServer) -> tuple[int, str]:
+    """(server_id, server_uuid or "") as the server says."""
+    if server.flavor == "mysql":
+        sid, uuid_ = server.sql("SELECT @@server_id, @@server_uuid")[0]
+        return int(sid), uuid_
+    return int(server.sql("SELECT @@server_id")[0][0]), ""
+
+
+OWN = {"redis": {"sink.redis.checkpoint_key": "two:checkpoint", "sink.redis.stream": "two:{schema}.{table}"},
+       "nats": {"sink.nats.stream": "TWO", "sink.nats.subject": "two.{schema}.{table}"},
+       "postgres": {"sink.postgres.table": "two_changes"}}
+
+
+def read_own(kind: str, url: str) -> list:
+    """What the second daemon wrote under :data:`OWN`'s names."""
+    if kind == "redis":
+        return read_redis(url, pattern="two:*")
+    return read_nats(url, stream="TWO") if kind == "nats" else read_postgres(url, table="two_changes")
 
 
 def broker_state(kind: str, broker) -> object:
@@ -102,8 +133,9 @@ def committed_source(kind: str, broker) -> dict:
 
 @pytest.mark.parametrize("kind", ALL)
 def test_a_daemon_of_another_source_refuses_the_brokers_position(kind, two_servers, tmp_path):
-    """The second daemon (server 12) exits 8 with one line naming server_id 11 and server_id 12 and the
-    broker's checkpoint; nothing in the broker changed (its own client's full read, before and after)."""
+    """The second daemon exits 8 with one line naming both servers (server_id, and server_uuid on MySQL) and the
+    broker's checkpoint; nothing in the broker changed (its own client's full read, before and after). With names
+    of its own it streams its server (replay == SELECT), and the first daemon's changes are as they were."""
     require(kind)
     first, second = two_servers
     db = f"src_{uuid.uuid4().hex[:10]}"
@@ -130,10 +162,16 @@ def test_a_daemon_of_another_source_refuses_the_brokers_position(kind, two_serve
                 if d.running:
                     d.kill()
             changes = [c for c in read_bus(kind, broker.url) if c["schema"] == db]
-            assert len(changes) == 13 and {c["source"]["server_id"] for c in changes} == {11}
+            (id1, uuid1), (id2, uuid2) = identity(first), identity(second)
+            if first.flavor == "mysql":  # told apart by the UUID alone
+                assert id1 == id2 and uuid1 != uuid2, (id1, id2, uuid1, uuid2)
+            else:
+                assert id1 != id2, id1
+            assert len(changes) == 13 and {c["source"]["server_id"] for c in changes} == {id1}
             assert_sink_matches(first, db, ["t"], replay(changes))
             src = committed_source(kind, broker)
-            assert (src["flavor"], int(src["server_id"])) == ("mariadb", 11), src
+            assert (src["flavor"], int(src["server_id"]), src.get("server_uuid") or "") == \
+                (first.flavor, id1, uuid1), src
             before = broker_state(kind, broker)
 
             for i in range(5):  # the second server has changes a wrong resume would deliver
@@ -148,9 +186,28 @@ def test_a_daemon_of_another_source_refuses_the_brokers_position(kind, two_serve
             errors = [line for line in d2.stderr.splitlines() if " ERROR " in line]
             assert len(errors) == 1, d2.stderr
             assert "is of another source" in errors[0], errors[0]
-            assert "server_id 11" in errors[0] and "server_id 12" in errors[0], errors[0]
+            theirs, _, ours = errors[0].partition("this session's server is")
+            assert f"is on {first.flavor} server_id {id1}" in theirs and uuid1 in theirs, errors[0]
+            assert ours.startswith(f" {second.flavor} server_id {id2}") and uuid2 in ours, errors[0]
             assert "Traceback" not in d2.stderr
             assert broker_state(kind, broker) == before, "the refused daemon changed the broker"
+
+            second.sql(f"DELETE FROM `{db}`.t")  # the daemon starts at the binlog's end: the table is empty there
+            d2 = DaemonProcess({**settings(second, work2), **OWN[kind]})
+            try:
+                d2.wait_streaming(timeout=60)
+                for i in range(5):
+                    second.sql(f"INSERT INTO `{db}`.t VALUES ({200 + i}, 'two {i}')")
+                second.sql(f"UPDATE `{db}`.t SET v = 'two changed' WHERE id = 201")
+                wait_caught_up(second, work2 / "checkpoint.json", timeout=60, daemon=d2)
+                assert d2.terminate() == 0, d2.stderr
+            finally:
+                if d2.running:
+                    d2.kill()
+            own = [c for c in read_own(kind, broker.url) if c["schema"] == db]
+            assert {c["source"]["server_id"] for c in own} == {id2}
+            assert_sink_matches(second, db, ["t"], replay(own))
+            assert [c for c in read_bus(kind, broker.url) if c["schema"] == db] == changes
     finally:
         for s in (first, second):
             s.sql(f"DROP DATABASE IF EXISTS `{db}`")
