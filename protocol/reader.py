@@ -79,8 +79,8 @@ def iter_events(data, decoder: Decoder | None = None, start: int = 4, stop: int 
         if not decoder.header_len <= length <= size - pos:
             length = event_bounds(view, pos, decoder.header_len)
         if length is None:
-            raise TruncatedError(f"binlog ends inside the event at offset {pos} "
-                                 f"({len(view) - pos} of {_declared(view, pos, decoder)} bytes present)", pos)
+            raise TruncatedError(f"binlog ends inside an event ({len(view) - pos} of {_declared(view, pos, decoder)} "
+                                 "bytes present)", pos)
         if pos >= start:
             jump = yield decoder.decode(view[pos:pos + length], pos)
             if jump is not None:
@@ -158,5 +158,4 @@ class EventReader:
         if self._need_magic and self._buf:
             raise TruncatedError(f"input ends inside the binlog magic ({len(self._buf)} bytes)", self.offset)
         if self.buffered:
-            raise TruncatedError(f"input ends inside the event at offset {self.offset} "
-                                 f"({self.buffered} bytes of it present)", self.offset)
+            raise TruncatedError(f"input ends inside an event ({self.buffered} bytes of it present)", self.offset)

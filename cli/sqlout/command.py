@@ -85,13 +85,22 @@ def _notice(message: str) -> None:
 class _Output:
     """Lines to stdout, in chunks of about 1 MiB, each followed by a newline. A line is a str (surrogate-escaped
     text turns back into the logged bytes), bytes (UTF-8 lines made so, such as the C writer's) or a tuple of
-    bytes-like pieces of one line (:func:`.native.comment`'s)."""
+    bytes-like pieces of one line (:func:`.native.comment`'s). ``header`` goes before the first lines written:
+    an input that fails before any writes nothing at all.
 
-    def __init__(self) -> None:
+    Fields: started (the header is out, or on its way).
+    """
+
+    def __init__(self, header: str) -> None:
         self.chunks: list = []
         self.size = 0
+        self.header = header
+        self.started = False
 
     def write(self, lines: list) -> None:
+        if not self.started:
+            self.started = True
+            lines = [self.header, *lines]
         chunks = self.chunks
         for line in lines:
             kind = type(line)
@@ -131,10 +140,11 @@ def run(args) -> int:
     renderer = Renderer(Filters(frozenset(args.database), frozenset(args.table)), args.keep_gtids,
                         args.skip_unsafe, _notice, _history_key(tracker), args.load_dir)
     native.keep_freed_memory()  # each output block on memory already touched: no page faults
-    out = _Output()
     mode = "flashback" if args.flashback else "replay"
-    out.write([f"-- binlogd sql {mode} of {' '.join(args.files)}"])
+    out = _Output(f"-- binlogd sql {mode} of {' '.join(args.files)}")
     try:
+        for path in args.files:  # every input opens before anything is written
+            open(path, "rb").close()
         groups = select(args.files, rng, _notice, tracker, runs=native.speedups_enabled())
         if args.flashback:
             undo = [lines for g in groups if (lines := renderer.flashback(g))]
@@ -148,10 +158,12 @@ def run(args) -> int:
         if not args.flashback:
             if renderer.partial:  # the transaction the error cut: the client must not keep any of it
                 out.write(["ROLLBACK;"])
-            out.flush()
+            if out.started:
+                out.flush()
         message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
         print(f"binlogd sql: {where}{message}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    out.write([])  # the header of an input without a transaction
     out.flush()
     return EXIT_OK

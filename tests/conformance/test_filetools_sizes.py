@@ -210,8 +210,7 @@ def test_a_pipe_cut_inside_an_event(corpus):
     headers, _ = M.raw_headers(data)
     cut = headers[5].pos + 10
     got = _dump_chunked(data[:cut], "-", chunk=100)
-    assert _one_line_error(got, "-") == (f"input ends inside the event at offset {headers[5].pos} "
-                                         f"(10 bytes of it present) (at offset {headers[5].pos})")
+    assert _one_line_error(got, "-") == f"input ends inside an event (10 bytes of it present) (at offset {headers[5].pos})"
     assert [e["pos"] for e in _events(got.stdout)] == [h.pos for h in headers[:5]]
 
 

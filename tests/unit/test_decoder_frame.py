@@ -266,8 +266,8 @@ def old_iter_events(data: bytes):
     while pos < len(view):
         length = event_bounds(view, pos, decoder.header_len)
         if length is None:
-            raise TruncatedError(f"binlog ends inside the event at offset {pos} "
-                                 f"({len(view) - pos} of {_declared(view, pos, decoder)} bytes present)", pos)
+            raise TruncatedError(f"binlog ends inside an event ({len(view) - pos} of {_declared(view, pos, decoder)} "
+                                 "bytes present)", pos)
         yield decoder.decode(view[pos:pos + length], pos)
         pos += length
 
