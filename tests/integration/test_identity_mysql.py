@@ -4,9 +4,9 @@ events.
 
 The load, each in one transaction: inserts into two tables; updates of several rows of one and deletes of several
 rows of the other; a multi-row ``INSERT … SELECT``; once, a big ``INSERT … SELECT`` (3,600 rows in about 50 rows
-events of one payload). Into jsonl, Redis, NATS and PostgreSQL, with one SIGKILL of the daemon in the middle of the
-load (right after the big one committed) and a restart. Read back independently of binlogd's sinks, it is proved
-that:
+events of one payload). Into jsonl, Redis, NATS and PostgreSQL, with one SIGKILL in the middle of the load (right
+after the big one committed): of the daemon, then a restart; or of the broker, then its restart. Read back
+independently of binlogd's sinks, it is proved that:
 
 - every ``source.id`` is delivered once;
 - the changes of one transaction (one GTID) share ``file:pos``, which is where the server's SHOW BINLOG EVENTS has
@@ -213,11 +213,15 @@ def settings(server, tmp_path, db: str, kind: str, broker) -> dict:
     return o
 
 
-@pytest.mark.parametrize("kind", SINKS)
-def test_compressed_transactions_ids_unique_through_a_kill(kind, compressed, tmp_path):
+CASES = [(kind, "daemon") for kind in SINKS] + [(kind, "broker") for kind in SINKS[1:]]
+
+
+@pytest.mark.parametrize("kind,fault", CASES)
+def test_compressed_transactions_ids_unique_through_a_kill(kind, fault, compressed, tmp_path):
     """Every change of compressed multi-event transactions reaches the sink once, with ids that share the
-    payload's file:pos and differ in the inner offset, through a SIGKILL of the daemon mid-load and a restart;
-    replay == SELECT; per-transaction counts == the client's row counts; totals == mysqlbinlog's."""
+    payload's file:pos and differ in the inner offset, through a SIGKILL mid-load (of the daemon, then a restart;
+    or of the broker, then its restart, the daemon running on); replay == SELECT; per-transaction counts == the
+    client's row counts; totals == mysqlbinlog's."""
     server, db = compressed, f"cid_{uuid.uuid4().hex[:10]}"
     server.sql(f"CREATE DATABASE `{db}`")
     server.sql(f"CREATE TABLE `{db}`.a (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
@@ -239,10 +243,15 @@ def test_compressed_transactions_ids_unique_through_a_kill(kind, compressed, tmp
                     time.sleep(0.05)
                 load.want_big.set()
                 assert load.big_done.wait(30), "the big INSERT ... SELECT did not commit"
-                d.kill()  # mid-load, likely while the big transaction is being delivered: the load goes on
-                time.sleep(0.5)
-                d = DaemonProcess(o)
-                d.wait_streaming(timeout=60)
+                if fault == "daemon":  # mid-load, likely while the big transaction is delivered: the load goes on
+                    d.kill()
+                    time.sleep(0.5)
+                    d = DaemonProcess(o)
+                    d.wait_streaming(timeout=60)
+                else:
+                    broker.kill()
+                    time.sleep(0.5)
+                    broker.start()
                 rounds = load.rounds
                 while load.rounds < rounds + 8:
                     assert d.running, d.stderr
@@ -250,7 +259,9 @@ def test_compressed_transactions_ids_unique_through_a_kill(kind, compressed, tmp
                 load.stop()
                 load_ = load
                 load = None
-                wait_caught_up(server, cp, timeout=60, daemon=d)
+                wait_caught_up(server, cp, timeout=60, daemon=d, fail_on=None if fault == "broker" else r" ERROR ")
+                if fault == "broker":
+                    assert d.count(r"ERROR .*unreachable|ERROR .*lost"), d.stderr  # it did see the crash
                 t0 = time.monotonic()
                 assert d.terminate() == 0, d.stderr
                 assert time.monotonic() - t0 < 10, "SIGTERM took 10 s or more"
