@@ -161,6 +161,7 @@ def test_change_over_the_size_limit(kind, mariadb, fresh_db, tmp_path):
         try:
             d.wait_streaming(timeout=60)
             srv.sql(f"INSERT INTO `{db}`.big VALUES (1, 'small')")
+            wait_caught_up(srv, tmp_path / "checkpoint.json", timeout=60, daemon=d)  # committed before the big one
             size = 1_200_000 if kind == "nats" else 6000   # NATS: over the server's 1 MB max_payload
             srv.sql(f"INSERT INTO `{db}`.big VALUES (2, REPEAT('z', {size}))")
             rc = d.wait(60)

@@ -35,7 +35,7 @@ DDL_T = """CREATE TABLE t (
 DDL_U = "CREATE TABLE u (k1 INT NOT NULL, k2 VARCHAR(20) NOT NULL, v TEXT, PRIMARY KEY (k1, k2)) CHARACTER SET utf8mb4"
 COLS = ("id", "n", "d", "dt", "dd", "vc", "bl", "e", "st", "j", "dbl")
 SOURCE_KEYS = ["version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "ts_us", "ts_ns", "table",
-               "server_id", "gtid", "file", "pos", "row", "thread", "query"]
+               "server_id", "gtid", "file", "pos", "row", "id", "thread", "query"]
 OPS = {"c": "insert", "u": "update", "d": "delete"}
 
 
@@ -137,8 +137,9 @@ def test_debezium_envelopes_replay_to_the_tables(mariadb, fresh_db, tmp_path):
         kind, table, nrows, ts, server_id = ev
         assert (kind, table, ts * 1000, server_id) == (OPS[env["op"]], src["table"], src["ts_ms"],
                                                        src["server_id"]), (ev, env)
-        assert 0 <= src["row"] < nrows and (src["file"], src["pos"], src["row"]) not in seen, env
-        seen.add((src["file"], src["pos"], src["row"]))
+        assert 0 <= src["row"] < nrows and src["id"] not in seen, env
+        assert src["id"] == f"{src['file']}:{src['pos']}:0:{src['row']}", env
+        seen.add(src["id"])
         assert isinstance(src["gtid"], str) and src["gtid"], env
         assert started_ms <= env["ts_ms"] <= ended_ms, env  # processing time
         assert (env["before"] is None) == (env["op"] == "c") and (env["after"] is None) == (env["op"] == "d"), env

@@ -4,11 +4,14 @@ redis-server (tests.support.brokers)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from binlogd.daemon.config import ConfigError, load_config
 from binlogd.daemon.sinks import SinkError, make_sink
-from binlogd.daemon.sinks.bus import redact
+from binlogd.daemon.sinks.bus import BusSink, redact
 from binlogd.daemon.sinks.postgres import copy_text
 from binlogd.library.identity import order_key
 
@@ -147,3 +150,58 @@ def test_redis_sink_refused_entry_keeps_checkpoint(redis_server):
         sink.close()
     assert err.value.fatal and err.value.exit_code == 6 and "WRONGTYPE" in str(err.value)
     assert client.get("binlogd:checkpoint:binlogd") == first
+
+
+# ---------------------------------------------------------------- backpressure, awaited on the event loop
+class _StuckSink(BusSink):
+    """A bus sink whose broker takes nothing: every write waits until the sink closes."""
+
+    KIND = "stuck"
+
+    async def _connect(self) -> None:
+        self._never = asyncio.Event()
+
+    async def _write(self, piece: list) -> None:
+        await self._never.wait()
+
+    async def _commit(self, checkpoint: bytes | None) -> None:
+        await self._never.wait()
+
+
+def test_a_stuck_broker_never_blocks_the_event_loop(monkeypatch):
+    """Handing changes over never waits, however much the broker owes: past PENDING_BYTES the caller awaits
+    room(), the event loop runs on meanwhile, and room() ends in a retryable SinkError once WAIT_SECONDS pass."""
+    from binlogd.daemon.sinks import bus
+
+    monkeypatch.setattr(bus, "PENDING_BYTES", 1 << 20)
+    monkeypatch.setattr(bus, "WAIT_SECONDS", 0.5)
+    sink = _StuckSink("stuck://x", 1 << 20)
+
+    async def go():
+        await asyncio.to_thread(sink.open, None)
+        try:
+            ticks = 0
+
+            async def tick():
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            ticker = asyncio.ensure_future(tick())
+            began = time.monotonic()
+            for i in range(40):  # 40 changes of 100 KB: four times what may wait for the broker
+                sink.change({"schema": "d", "table": "t", "op": "insert", "after": {"v": "x" * 100_000},
+                             "source": {"file": "b.000001", "pos": 4 + i, "row": 0, "id": f"b.000001:{4 + i}:0:0"}})
+            sink.flush()
+            handed = time.monotonic() - began
+            assert sink.over()
+            with pytest.raises(SinkError) as err:
+                await sink.room()
+            ticker.cancel()
+            assert not err.value.fatal and "took no writes" in str(err.value)
+            assert handed < 0.2 and ticks >= 20, (handed, ticks)
+        finally:
+            await asyncio.to_thread(sink.close)
+
+    asyncio.run(go())
