@@ -341,3 +341,77 @@ def test_a_broker_losing_its_tail_twice_under_a_write_load(kind, server, tmp_pat
         assert_sink_matches(server, db, ["t"], replay(changes))
     finally:
         server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+STAGING = "binlogd:checkpoint:binlogd:staging"
+
+
+def test_redis_restarted_from_an_aof_taken_while_a_big_transaction_was_staged(server, tmp_path):
+    """A big transaction (about 40 MB, past the Redis sink's staging threshold) is being staged when the AOF is
+    copied; it commits, more follows, and Redis comes back from the copy: its undecided staging is deleted at
+    open, the checkpoint is the one before the big transaction, one gap warning, and the big transaction is
+    sent again: every change once, no staging key left, replay == SELECT."""
+    require("redis")
+    import redis
+
+    db = f"gapbig_{uuid.uuid4().hex[:10]}"
+    server.sql(f"CREATE DATABASE `{db}`")
+    server.sql(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v MEDIUMTEXT, n INT)")
+    try:
+        with KINDS["redis"]() as broker:
+            o = base_overrides(server, tmp_path, **{"source.start": "current", "filters.include_schemas": db})
+            o.update({"sink.kind": "redis", "sink.redis.url": broker.url})
+            d = DaemonProcess(o)
+            r = redis.Redis.from_url(broker.url)
+            saved = tmp_path / "aof-copy"
+            try:
+                d.wait_streaming(timeout=60)
+                port = d.metrics_port()
+                write(server, db, 1, 10)
+                before = wait_broker_caught_up("redis", broker, server, d)
+                failed = []
+
+                def insert_big():
+                    try:
+                        server.sql("INSERT INTO t SELECT 100000 + seq, REPEAT(CHAR(65 + seq % 26), 4000), seq "
+                                   "FROM seq_1_to_10000", database=db)
+                    except BaseException as exc:  # noqa: BLE001 (checked below)
+                        failed.append(exc)
+
+                big = threading.Thread(target=insert_big, daemon=True)
+                big.start()
+                deadline = time.monotonic() + 40
+                while not r.exists(STAGING):
+                    assert not failed, failed
+                    assert time.monotonic() < deadline and d.running, f"no staging seen; stderr:\n{d.stderr}"
+                    time.sleep(0.005)
+                shutil.copytree(aof_dir(broker), saved)  # with part of the big transaction staged
+                assert any(STAGING.encode() in f.read_bytes() for f in saved.iterdir()), "no staging in the copy"
+                big.join(60)
+                assert not failed, failed
+                write(server, db, 11, 10)
+                after = wait_broker_caught_up("redis", broker, server, d, timeout=60)
+                assert position(after) > position(before)
+                r.close()
+                lose_redis(broker, saved)
+                r = redis.Redis.from_url(broker.url)
+                assert committed("redis", broker)["position"] == before["position"], "the older AOF is not back"
+                write(server, db, 21, 5)
+                d.wait_for_line(GAP, timeout=60)
+                wait_broker_caught_up("redis", broker, server, d, timeout=60)
+                assert not r.exists(STAGING), "staging left behind"
+                gaps = metric(parse_metrics(scrape(port)[1]), "binlogd_sink_gaps_total")
+                assert d.terminate() == 0, d.stderr
+            finally:
+                r.close()
+                if d.running:
+                    d.kill()
+            changes = [c for c in read_bus("redis", broker.url) if c["schema"] == db]
+        assert d.count(GAP) == 1 and gaps == 1, (gaps, d.stderr)
+        ids = Counter(c["source"]["id"] for c in changes)
+        twice = [i for i, n in ids.items() if n > 1]
+        assert not twice, f"{len(twice)} changes held twice, e.g. {twice[:5]}"
+        assert sum(1 for c in changes if c["after"] and c["after"]["id"] >= 100000) == 10000
+        assert_sink_matches(server, db, ["t"], replay(changes))
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
