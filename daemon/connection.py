@@ -184,9 +184,10 @@ class SourceConnection:
 
         cfg = self.cfg
         try:
-            self.conn = await _aiomysql.connect(
-                host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.reveal(),
-                ssl=cfg.tls.ssl_context(), connect_timeout=cfg.connect_timeout)
+            async with asyncio.timeout(cfg.connect_timeout):  # aiomysql bounds the TCP connect only, not the handshake
+                self.conn = await _aiomysql.connect(
+                    host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password.reveal(),
+                    ssl=cfg.tls.ssl_context(), connect_timeout=cfg.connect_timeout)
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
             if code in ER_ACCESS_DENIED or code == CR_AUTH_PLUGIN_CANNOT_LOAD:

@@ -4,7 +4,8 @@ saved, no traceback.
 - no ``--config``, no ``BINLOGD_SOURCE__*`` variable, no ``--set source.…``: exit 2 at once, naming the three
   ways to give a source (it never tries 127.0.0.1:3306 on its own);
 - a source port nobody listens on: every retry logs why ("Connection refused"); with no connect succeeded since
-  the start for ``source.failover_timeout_seconds``, exit 4;
+  the start for ``source.failover_timeout_seconds``, exit 4; the same for a port that never answers (each connect
+  ends after ``source.connect_timeout``, the handshake included);
 - ``source.start = "file:NAME:POS"`` with POS inside an event: exit 5 before anything is saved, naming the nearest
   event boundaries (from the server's SHOW BINLOG EVENTS and SHOW BINARY LOGS); past the file's end, its size.
 """
@@ -12,6 +13,7 @@ saved, no traceback.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 
@@ -68,6 +70,21 @@ def test_a_refused_first_connect_says_why_and_exits_4_after_the_timeout(tmp_path
     retries = [ln for ln in err.splitlines() if " WARNING " in ln and "reconnecting" in ln]
     assert len(retries) >= 2 and all("Connection refused" in ln for ln in retries), err
     assert 2 <= took < 30, took
+
+
+def test_a_port_that_never_answers_times_out_and_exits_4(tmp_path):
+    """A listening socket that never accepts: the TCP connect succeeds (the kernel's backlog) and no handshake
+    ever comes; source.connect_timeout bounds the whole connect."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        overrides = {"source.host": "127.0.0.1", "source.port": str(silent.getsockname()[1]),
+                     "source.connect_timeout": "0.5", "source.failover_timeout_seconds": "1.5",
+                     "reconnect.initial_seconds": "0.2", "reconnect.max_seconds": "0.5", "metrics.listen": "",
+                     "checkpoint.path": str(tmp_path / "cp.json"), "sink.path": str(tmp_path / "sink")}
+        rc, err = run_to_exit(overrides, timeout=60, env=_clean_env())
+    assert rc == 4, err
+    assert "no answer within 0.5s (source.connect_timeout)" in _one_error(err), err
 
 
 @pytest.fixture
