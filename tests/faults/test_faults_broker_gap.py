@@ -415,3 +415,71 @@ def test_redis_restarted_from_an_aof_taken_while_a_big_transaction_was_staged(se
         assert_sink_matches(server, db, ["t"], replay(changes))
     finally:
         server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+NO_CHECKPOINT = "holds no checkpoint, though binlogd had delivered"
+
+
+def wipe(kind: str, broker) -> None:
+    """Everything binlogd wrote is gone and binlogd's connections are closed (a failover to an empty replica)."""
+    if kind == "redis":
+        import redis
+
+        r = redis.Redis.from_url(broker.url)
+        try:
+            r.flushall()
+            r.client_kill_filter(_type="normal", skipme=True)
+        finally:
+            r.close()
+    else:
+        broker.psql("BEGIN; LOCK TABLE binlogd_changes, binlogd_changes_checkpoint IN ACCESS EXCLUSIVE MODE; "
+                    "TRUNCATE binlogd_changes, binlogd_changes_checkpoint; "
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    f"WHERE usename = '{broker.user}' AND pid <> pg_backend_pid(); COMMIT;", database=broker.database)
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+def test_a_broker_emptied_behind_the_daemon(kind, server, tmp_path):
+    """A broker that lost everything, checkpoint included: one warning that it holds no checkpoint, counted in
+    binlogd_sink_gaps_total; the daemon goes on from what it had delivered, and what is written after reaches
+    the broker once (a table written only after the loss replays to its SELECT)."""
+    require(kind)
+    db = f"wipe_{uuid.uuid4().hex[:10]}"
+    server.sql(f"CREATE DATABASE `{db}`")
+    server.sql(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(200), n INT)")
+    server.sql(f"CREATE TABLE `{db}`.later (id INT PRIMARY KEY, v VARCHAR(200), n INT)")
+    try:
+        with KINDS[kind]() as broker:
+            o = base_overrides(server, tmp_path, **{"source.start": "current", "filters.include_schemas": db})
+            o.update({"sink.kind": kind, f"sink.{kind}.url": broker.url})
+            d = DaemonProcess(o)
+            try:
+                d.wait_streaming(timeout=60)
+                port = d.metrics_port()
+                write(server, db, 1, 10)
+                wait_broker_caught_up(kind, broker, server, d)
+                wipe(kind, broker)
+                assert committed(kind, broker) is None
+                conn = server.connect(database=db)
+                try:
+                    with conn.cursor() as cur:
+                        for i in range(10):
+                            cur.execute("INSERT INTO later VALUES (%s, %s, 0)", (i, f"later {i}"))
+                        cur.execute("UPDATE later SET n = 5 WHERE id < 4")
+                        cur.execute("DELETE FROM later WHERE id = 9")
+                finally:
+                    conn.close()
+                d.wait_for_line(NO_CHECKPOINT, timeout=40)
+                wait_broker_caught_up(kind, broker, server, d)
+                gaps = metric(parse_metrics(scrape(port)[1]), "binlogd_sink_gaps_total")
+                assert d.terminate() == 0, d.stderr
+            finally:
+                if d.running:
+                    d.kill()
+            changes = [c for c in read_bus(kind, broker.url) if c["schema"] == db]
+        assert d.count(NO_CHECKPOINT) == 1 and d.count(GAP) == 0 and gaps == 1, (gaps, d.stderr)
+        ids = Counter(c["source"]["id"] for c in changes)
+        assert not [i for i, n in ids.items() if n > 1], "a change held twice"
+        assert_sink_matches(server, db, ["later"], replay([c for c in changes if c["table"] == "later"]))
+    finally:
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
