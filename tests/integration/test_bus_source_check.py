@@ -7,6 +7,7 @@ daemon streams the first server into it and stops. The second, pointed at the ot
 of its own (no local checkpoint: the broker's is all it has), exits 8 with one ERROR line naming both servers,
 and the broker holds exactly what it held before (read back independently). Given a checkpoint key, table or
 stream of its own, the same second daemon streams its server there, and the first one's data is untouched.
+The JSON-lines sink's position, in the local checkpoint file, is refused the same way (no file changes).
 
 Not another source: a MySQL replica of the first server holds the broker's GTIDs, and a daemon pointed at it
 resumes from the broker's checkpoint by GTID, every transaction once.
@@ -24,7 +25,14 @@ from binlogd.cli.localserver import LocalServer
 from tests.support import servers
 from tests.support.brokers import KINDS, require
 from tests.support.busread import read_bus, read_nats, read_postgres, read_redis
-from tests.support.daemon import DaemonProcess, assert_sink_matches, base_overrides, replay, wait_caught_up
+from tests.support.daemon import (
+    DaemonProcess,
+    assert_sink_matches,
+    base_overrides,
+    read_changes,
+    replay,
+    wait_caught_up,
+)
 
 pytestmark = pytest.mark.server
 ALL = ["redis", "nats", "postgres"]
@@ -211,6 +219,53 @@ def test_a_daemon_of_another_source_refuses_the_brokers_position(kind, two_serve
             assert {c["source"]["server_id"] for c in own} == {id2}
             assert_sink_matches(second, db, ["t"], replay(own))
             assert [c for c in read_bus(kind, broker.url) if c["schema"] == db] == changes
+    finally:
+        for s in (first, second):
+            s.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_a_local_checkpoint_of_another_source_is_refused(two_servers, tmp_path):
+    """The JSON-lines sink keeps its position in the local checkpoint file: a daemon of the other server given
+    the first one's work directory exits 8 with one line naming the file and both servers, and the checkpoint
+    file and the sink's files are byte for byte as they were."""
+    first, second = two_servers
+    db = f"loc_{uuid.uuid4().hex[:10]}"
+    for s in (first, second):
+        s.sql(f"CREATE DATABASE `{db}`")
+        s.sql(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(20))")
+    try:
+        def settings(server):
+            return base_overrides(server, tmp_path, **{"source.start": "current", "filters.include_schemas": db})
+
+        d = DaemonProcess(settings(first))
+        try:
+            d.wait_streaming(timeout=60)
+            for i in range(5):
+                first.sql(f"INSERT INTO `{db}`.t VALUES ({i}, 'one {i}')")
+            wait_caught_up(first, tmp_path / "checkpoint.json", timeout=60, daemon=d)
+            assert d.terminate() == 0, d.stderr
+        finally:
+            if d.running:
+                d.kill()
+        assert_sink_matches(first, db, ["t"], replay(read_changes(tmp_path / "sink"), schemas=[db]))
+        before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        second.sql(f"INSERT INTO `{db}`.t VALUES (100, 'two')")
+        d2 = DaemonProcess(settings(second))
+        try:
+            rc = d2.wait(60)
+        finally:
+            if d2.running:
+                d2.kill()
+        assert rc == 8, d2.stderr
+        errors = [line for line in d2.stderr.splitlines() if " ERROR " in line]
+        assert len(errors) == 1 and "is of another source" in errors[0], d2.stderr
+        assert f"checkpoint {tmp_path / 'checkpoint.json'}" in errors[0], errors[0]
+        (id1, uuid1), (id2, uuid2) = identity(first), identity(second)
+        theirs, _, ours = errors[0].partition("this session's server is")
+        assert f"server_id {id1}" in theirs and uuid1 in theirs, errors[0]
+        assert ours.startswith(f" {second.flavor} server_id {id2}") and uuid2 in ours, errors[0]
+        after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        assert after == before, sorted(set(after) ^ set(before)) or "a file changed"
     finally:
         for s in (first, second):
             s.sql(f"DROP DATABASE IF EXISTS `{db}`")
