@@ -267,7 +267,7 @@ class SourceConnection:
         the server would not say (a privilege refused).
 
         Raises:
-            SourceError: the server failed otherwise.
+            SourceError("connection"): the connection failed.
         """
         if pos >= size:
             return None if pos == size else f"it is past the end of the file ({size} bytes)"
@@ -295,7 +295,12 @@ class SourceConnection:
 
     async def _events(self, file: str, pos: int, skip: int, limit: int) -> list[tuple] | object | None:
         """``SHOW BINLOG EVENTS IN file FROM pos LIMIT skip, limit`` rows; None when the server refuses the offset
-        (error 1220: no event there, or past the file's end), :data:`_REFUSED` when it refuses the account."""
+        (error 1220: no event there, or past the file's end), :data:`_REFUSED` when it refuses the statement
+        otherwise (the account lacks a privilege, a server without it): the dump's own check is left.
+
+        Raises:
+            SourceError("connection"): the connection failed.
+        """
         import pymysql
 
         try:
@@ -304,12 +309,12 @@ class SourceConnection:
                                   (file,))
                 return list(await cur.fetchall() or [])
         except pymysql.err.MySQLError as exc:
-            code = exc.args[0] if exc.args else 0
+            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
             if code == ER_ERROR_WHEN_EXECUTING_COMMAND:
                 return None
-            if code in ER_ACCESS_DENIED:
+            if 1000 <= code < 2000:   # the server's refusal
                 return _REFUSED
-            raise SourceError("server", f"SHOW BINLOG EVENTS failed: server error {code}: {exc.args[-1]}") from None
+            raise SourceError("connection", f"SHOW BINLOG EVENTS failed: {exc.args[-1]}") from None
 
     async def start_dump(self, server_id: int, position: Position, use_gtid: bool, heartbeat: float,
                          non_blocking: bool = False, strict: bool = False) -> None:
