@@ -331,7 +331,8 @@ def _sql_parser(sub) -> None:
 
 def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="the daemon: tail a primary, write change events, serve /metrics")
-    p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it")
+    p.add_argument("--config", help="TOML file (see config.example.toml); BINLOGD_SECTION__KEY env vars override it; "
+                   "without it a BINLOGD_SOURCE__ variable or --set source.… must name the source")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config key")
     p.set_defaults(func=cmd_run)
 
