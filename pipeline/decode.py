@@ -34,7 +34,7 @@ from typing import Iterator
 from binlogd.library import storage
 from binlogd.library.checkpointfile import Checkpoint, jsonl_committed
 from binlogd.library.jsonrows import images_json, json_diffs_json
-from binlogd.library.serialize import change_events, dumps, flatten
+from binlogd.library.serialize import change_events, dumps, flatten, has_json_diffs
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
@@ -337,7 +337,7 @@ class ChangeRows(Rows):
             else:
                 befores, afters = (images, [None] * len(images)) if op == "delete" else ([None] * len(images), images)
             n = len(befores)
-            diffs = json_diffs_json(event) if op == "update" else repeat(None, n)
+            diffs = json_diffs_json(event) if op == "update" and has_json_diffs(event) else repeat(None, n)
             columns = (repeat(op, n), repeat(event.schema, n), repeat(event.table, n), befores, afters, diffs,
                        repeat(h.timestamp, n), repeat(gtid, n), repeat(file, n), repeat(h.pos, n), range(n),
                        repeat(h.server_id, n), repeat(seq, n), *(repeat(x, n) for x in extra))
