@@ -425,7 +425,8 @@ class RowsEvent(Event):
         table_id, flags, schema, table.
         columns: the column names in table order (``@1``… where unknown).
         rows: for insert/delete a list of ``{column: value}``; for update a list of
-            ``(before, after)`` pairs. Only the columns present in the image appear.
+            ``(before, after)`` pairs. Only the columns present in the image appear; a PARTIAL_UPDATE_ROWS after
+            image holds a partially updated JSON column as its diffs, a :class:`protocol.jsonb.JsonDiffs`.
             Decoded on first access; raises EventDecodeError on malformed rows.
     """
 

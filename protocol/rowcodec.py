@@ -3,7 +3,8 @@
 A :class:`TableCodec` turns a table's columns into Python source for one
 function per image shape, specialised to the column types (fixed-width values
 read with ``struct`` at known offsets, no per-value dispatch), and compiles it.
-The generated function is ``image(view, pos, partial) -> (row_dict, new_pos)``;
+The generated function is ``image(view, pos, partial) -> (row_dict, new_pos)``
+(``partial``: the JSON columns an after image holds as diffs, decoded to :class:`protocol.jsonb.JsonDiffs`);
 values go to locals and the row dict is built once, at the end.
 
 When the optional C extension :mod:`protocol._rowimage` is built (``pip install``

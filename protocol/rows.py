@@ -121,7 +121,8 @@ class RowImages:
         data: the row images (inflated when the event was compressed).
         present_before, present_after: the columns-present bitmaps (LSB = column 1) of the
             (before) image and of an update's after image (None when the event has one bitmap).
-        partial: a PARTIAL_UPDATE_ROWS event (JSON diffs in after images).
+        partial: a PARTIAL_UPDATE_ROWS event (its after images hold a partially updated JSON column as
+            :class:`protocol.jsonb.JsonDiffs`).
         header: the event's header (for errors).
         null_offset: 1 for pre-GA rows (bit 0 of the null bitmap reserved), else 0.
     """
