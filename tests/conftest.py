@@ -1,13 +1,18 @@
 """Shared fixtures.
 
 Servers (each its own throwaway process, port and temp dir; never the system MariaDB). Every fixture
-below but ``mysql84`` and ``corpus`` runs once per real server, test ids ``[10.11]`` and ``[11.8]``
-(:func:`tests.support.servers.versions`): the machine's MariaDB (Debian 12's 10.11) and MariaDB 11.8
-fetched from Debian trixie into ~/.cache/binlogd. 11.8 skips, naming why, when it cannot be fetched
-(a download is outside our control, so even under CI=true); the machine's server is required under CI.
+below but ``mysql84`` and ``corpus`` runs once per real server, test ids ``[10.11]``, ``[11.8]`` and
+``[mysql-9.7]`` (:func:`tests.support.servers.versions`): the machine's MariaDB (Debian 12's 10.11), MariaDB
+11.8 fetched from Debian trixie and Oracle MySQL 9.7 fetched from Debian sid into ~/.cache/binlogd. A fetched
+server skips, naming why, when it cannot be fetched (a download is outside our control, so even under
+CI=true); the machine's server is required under CI. A module whose ``pytestmark`` is
+:func:`tests.support.servers.cross_compression` also runs on ``[mysql-9.7-compressed]``: every server its tests
+start compresses transactions (binlog_transaction_compression=ON). MariaDB-only features skip on MySQL
+through :mod:`tests.support.flavour`.
 - ``server_binaries``  session: the :class:`binlogd.cli.serverbins.ServerBinaries` of that server, for tests
                        that start their own ``LocalServer(binaries=server_binaries, ...)``.
-- ``mariadb``          session: MariaDB (or MySQL) with ROW binlog, FULL row image, binlog_row_metadata=FULL.
+- ``mariadb``          session: MariaDB (or MySQL: GTIDs on) with ROW binlog, FULL row image,
+                       binlog_row_metadata=FULL.
 - ``mariadb_minimal``  session, started only when a test asks: binlog_row_metadata=MINIMAL and
                        compressed binlog events (log_bin_compress=ON, log_bin_compress_min_len=10).
 - ``fresh_db``         function: a uniquely named schema on ``mariadb`` (its name, a str), dropped after.
@@ -64,12 +69,13 @@ def _skip_or_fail(reason: str) -> None:
 
 @pytest.fixture(scope="session", params=servers.versions())
 def server_binaries(request: pytest.FixtureRequest) -> ServerBinaries:
-    """The installation of one real server (parametrized: the machine's, then 11.8)."""
+    """The installation of one real server (parametrized: the machine's, then 11.8, then MySQL 9.7)."""
     try:
         return servers.binaries(request.param)
     except servers.Unavailable as exc:
-        if request.param == "11.8":
-            pytest.skip(f"MariaDB 11.8 unavailable (fetching it from Debian is outside our control, so this "
+        if request.param in ("11.8", servers.MYSQL, servers.MYSQL_COMPRESSED):
+            name = "MySQL 9.7" if servers.flavour(request.param) == "mysql" else f"MariaDB {request.param}"
+            pytest.skip(f"{name} unavailable (fetching it from Debian is outside our control, so this "
                         f"skips even under CI): {exc}")
         _skip_or_fail(f"no local MariaDB/MySQL server: {exc}")
 

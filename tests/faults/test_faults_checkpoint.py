@@ -67,6 +67,7 @@ from tests.support.faults import (
     local_server,
     small_tmpfs,
 )
+from tests.support.flavour import binlog_status
 
 SAVE_FAILED = r"ERROR .*cannot write checkpoint .*: (Is a directory|No space left on device|Read-only file system)"
 STREAMING_AT = re.compile(r"streaming from .* at (\S+):(\d+)")
@@ -309,7 +310,7 @@ def test_a_start_the_primary_refuses_is_not_saved_and_a_corrected_one_works(mari
     if says == "impossible":
         assert "purged" not in errors[0], errors[0]
     assert read_checkpoint(tmp_path / "checkpoint.json") is None, "a refused start was saved"
-    file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
+    file, pos = binlog_status(mariadb)
     o["source.start"] = f"file:{file}:{pos}"  # corrected: the end of the log (accepted at the first heartbeat)
     with running_daemon(o) as d:
         line = d.wait_streaming()

@@ -93,8 +93,9 @@ def test_archive_byte_identical_with_resume(tmp_path, annotate, server_binaries)
     # binlog_annotate_row_events=ON is MariaDB's default: the files then hold ANNOTATE_ROWS events,
     # which the primary sends only to a replica that asks for them (BINLOG_SEND_ANNOTATE_ROWS_EVENT in
     # COM_BINLOG_DUMP's flags); a byte-exact archive must ask. OFF runs the same checks without them.
-    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL", f"--binlog-annotate-row-events={annotate}"],
-                      binaries=server_binaries)
+    # MySQL's counterpart: binlog_rows_query_log_events, ROWS_QUERY events (sent to every replica)
+    option = "--binlog-rows-query-log-events" if server_binaries.flavor == "mysql" else "--binlog-annotate-row-events"
+    srv = LocalServer(extra_args=["--binlog-row-metadata=FULL", f"{option}={annotate}"], binaries=server_binaries)
     try:
         srv.start()
         srv.sql("CREATE DATABASE z")

@@ -46,7 +46,8 @@ def test_metrics_match_the_writes(mariadb, fresh_db, tmp_path):
         base = parse_metrics(scrape(port)[1])
         base_rows = {op: metric(base, "binlogd_rows_total", op=op) or 0.0 for op in ("insert", "update", "delete")}
         base_tx = metric(base, "binlogd_transactions_total") or 0.0
-        base_write_events = metric(base, "binlogd_events_total", type="WRITE_ROWS_V1") or 0.0
+        write_type = "WRITE_ROWS" if mariadb.flavor == "mysql" else "WRITE_ROWS_V1"  # MySQL logs v2 rows events
+        base_write_events = metric(base, "binlogd_events_total", type=write_type) or 0.0
 
         conn = mariadb.connect(database=db)
         inserted = updated = deleted = transactions = insert_statements = 0
@@ -92,8 +93,8 @@ def test_metrics_match_the_writes(mariadb, fresh_db, tmp_path):
             f"binlogd_rows_total by op {rows} != written {inserted}/{updated}/{deleted}"
         tx = metric(samples, "binlogd_transactions_total") - base_tx
         assert tx >= transactions, f"binlogd_transactions_total grew by {tx}, {transactions} written"
-        writes = metric(samples, "binlogd_events_total", type="WRITE_ROWS_V1") - base_write_events
-        assert writes == insert_statements, f"WRITE_ROWS_V1 events {writes} != INSERT statements {insert_statements}"
+        writes = metric(samples, "binlogd_events_total", type=write_type) - base_write_events
+        assert writes == insert_statements, f"{write_type} events {writes} != INSERT statements {insert_statements}"
         assert metric(samples, "binlogd_up") == 1.0
         assert metric(samples, "binlogd_bytes_received_total") > 0
         file, pos = master_status(mariadb)
@@ -106,7 +107,7 @@ def test_metrics_match_the_writes(mariadb, fresh_db, tmp_path):
         assert scrape(port, "/healthz")[0] == 200
         status, reason = scrape(port, "/readyz")
         assert status == 200, reason
-        print(f"metrics: rows {rows}, transactions +{tx:g} (written {transactions}), WRITE_ROWS_V1 +{writes:g}")
+        print(f"metrics: rows {rows}, transactions +{tx:g} (written {transactions}), {write_type} +{writes:g}")
     finally:
         rc = runner.stop()
     assert rc == EXIT_OK

@@ -40,11 +40,12 @@ def many_tables(mariadb_minimal):
     any daemon of these tests starts (so the history never saw their DDL: a seed must name them)."""
     server, db = mariadb_minimal, f"t_seed_{uuid.uuid4().hex[:10]}"
     server.sql(f"CREATE DATABASE `{db}`")
+    engine = "MyISAM" if server.flavor == "mysql" else "Aria"  # MySQL has no Aria
     conn = server.connect(database=db)
     try:
         with conn.cursor() as cur:
             for k in range(TABLES):
-                cur.execute(f"CREATE TABLE t{k:04d} (id INT PRIMARY KEY, qty INT, note VARCHAR(20)) ENGINE=Aria")
+                cur.execute(f"CREATE TABLE t{k:04d} (id INT PRIMARY KEY, qty INT, note VARCHAR(20)) ENGINE={engine}")
     finally:
         conn.close()
     yield server, db

@@ -14,6 +14,8 @@ The column names come from the server (MINIMAL metadata names none): the schema 
 
 from __future__ import annotations
 
+import json
+import struct
 import uuid
 
 import pytest
@@ -158,3 +160,62 @@ def test_tagged_gtids_in_changes_checkpoint_and_resume(mysql: LocalServer, tmp_p
     tags = {c["source"]["gtid"].rsplit(":", 1)[0] for c in changes}
     assert tags == {f"{uuid_}:orders", f"{uuid_}:billing", uuid_}, tags
     assert_sink_matches(mysql, db, ["t"], replay(changes))
+
+
+def _f32(values) -> list[float]:
+    return [struct.unpack("<f", struct.pack("<f", float(v)))[0] for v in values]
+
+
+def test_vector_columns_stream_as_lists(mysql: LocalServer, tmp_path) -> None:
+    """MySQL 9's VECTOR(n) (its own column type in the TABLE_MAP): each change's value is the list of the n
+    float32 the server stores (its bytes, as VECTOR_TO_STRING rounds to 6 digits)."""
+    db = f"m97v_{uuid.uuid4().hex[:10]}"
+    mysql.sql(f"CREATE DATABASE `{db}`")
+    mysql.sql(f"CREATE TABLE `{db}`.v (id INT PRIMARY KEY, e VECTOR(3), w VECTOR(100))")
+    with daemon_following(mysql, tmp_path, **{"source.start": "current", "source.tls.mode": "disabled"}) as d:
+        long = "[" + ",".join(str(i / 7) for i in range(100)) + "]"
+        for k, e in ((1, "[1,2,3.5]"), (2, "[-0.1,0.001,300000.5]"), (3, "[0,-0.0,0.000001]")):
+            mysql.sql(f"INSERT INTO `{db}`.v VALUES ({k}, STRING_TO_VECTOR('{e}'), "
+                      f"{'NULL' if k == 1 else f'STRING_TO_VECTOR({long!r})'})")
+        mysql.sql(f"UPDATE `{db}`.v SET e = STRING_TO_VECTOR('[3.25,-1e-7,65504]') WHERE id = 1")
+        mysql.sql(f"DELETE FROM `{db}`.v WHERE id = 3")
+        wait_gtids(mysql, d.checkpoint, daemon=d)
+    state = replay(mine(tmp_path / "sink", db))[(db, "v")]
+    def floats(hexed: str | None) -> list[float] | None:  # the stored bytes: n little-endian float32
+        return None if hexed is None else list(struct.unpack(f"<{len(hexed) // 8}f", bytes.fromhex(hexed)))
+
+    want = {k: {"id": k, "e": floats(e), "w": floats(w)}
+            for k, e, w in mysql.sql(f"SELECT id, HEX(e), HEX(w) FROM `{db}`.v")}
+    got = {k: {"id": row["id"], "e": _f32(row["e"]), "w": row["w"] and _f32(row["w"])} for k, row in state.items()}
+    assert got == want and sorted(want) == [1, 2]
+
+
+def test_partial_json_updates_stream_with_the_full_columns_right(mysql: LocalServer, tmp_path) -> None:
+    """binlog_row_value_options=PARTIAL_JSON: JSON_SET/JSON_REPLACE/JSON_REMOVE updates are logged as
+    PARTIAL_UPDATE_ROWS events; the daemon streams them without an error, and every column logged whole has
+    the value the server holds (the JSON column's form is the partial JSON format's, checked elsewhere)."""
+    db = f"m97j_{uuid.uuid4().hex[:10]}"
+    mysql.sql(f"CREATE DATABASE `{db}`")
+    mysql.sql(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, n INT, s VARCHAR(20), j JSON)")
+    with daemon_following(mysql, tmp_path, **{"source.start": "current", "source.tls.mode": "disabled"}) as d:
+        conn = mysql.connect(database=db)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION binlog_row_value_options = 'PARTIAL_JSON'")
+                for k in range(1, 21):
+                    cur.execute("INSERT INTO t VALUES (%s, %s, %s, %s)",
+                                (k, k, f"s{k}", json.dumps({"a": k, "b": "x" * 50, "c": [1, 2, 3]})))
+                for k in range(1, 21):
+                    fn = ("JSON_SET(j, '$.a', n * 10, '$.d', 'new')", "JSON_REPLACE(j, '$.b', 'short')",
+                          "JSON_REMOVE(j, '$.c[1]')")[k % 3]
+                    cur.execute(f"UPDATE t SET n = n + 100, s = CONCAT(s, '!'), j = {fn} WHERE id = %s", (k,))
+        finally:
+            conn.close()
+        cp = wait_gtids(mysql, d.checkpoint, daemon=d)
+    assert " ERROR " not in d.stderr, d.stderr
+    events = [r[2] for r in mysql.sql(f"SHOW BINLOG EVENTS IN '{cp['position']['file']}'")]
+    assert events.count("Update_rows_partial") >= 20, sorted(set(events))
+    changes = mine(tmp_path / "sink", db)
+    updates = {c["after"]["id"]: c["after"] for c in changes if c["op"] == "update"}
+    want = {k: (n, s) for k, n, s in mysql.sql(f"SELECT id, n, s FROM `{db}`.t")}
+    assert {k: (a["n"], a["s"]) for k, a in updates.items()} == want and len(want) == 20

@@ -4,6 +4,8 @@ mysql clients do, with every authentication plugin, and no message ever shows a 
 - ``mysql_native_password`` on the suite's real MariaDB: a password with a character outside Latin-1
   (before the fix: ``UnicodeEncodeError`` naming the character and its position, exit 1) and a
   Latin-1-only one (before: exit 3, "authentication failed", although the password is right);
+- on MySQL 9.7 the same two accounts use its default, ``caching_sha2_password`` (a full authentication: the
+  server's cache is emptied before the daemon logs in);
 - ``ed25519`` on MariaDB (``INSTALL SONAME 'auth_ed25519'``; binlogd signs with PyNaCl);
 - ``caching_sha2_password`` against the fake primary: full authentication with the server's RSA key,
   then the fast path after a reconnect (the fake caches the user as a real server does);
@@ -27,6 +29,7 @@ import pytest
 from tests.support.daemon import DaemonProcess, base_overrides, read_changes, wait_until
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import FENUM, UENUM, Running, binlog, config, gtid_reaches
+from tests.support.flavour import skip_unless_flavour
 
 UTF8_PW = "xyzzy-€-pässwörd"      # '€' is outside Latin-1
 LATIN1_PW = "xyzzy-pässwörd"      # Latin-1 only: its Latin-1 and UTF-8 bytes differ
@@ -48,17 +51,25 @@ def _accounts(server) -> dict[str, tuple[str, str]]:
     """Create the test accounts on ``server``: {case: (user, password)}; ed25519 only where the plugin loads."""
     accounts = {"native-utf8": ("pw_u8", UTF8_PW), "native-latin1": ("pw_l1", LATIN1_PW)}
     for user, pw in accounts.values():
-        server.sql(f"CREATE OR REPLACE USER '{user}'@'%' IDENTIFIED BY '{pw}'")
+        server.sql(f"DROP USER IF EXISTS '{user}'@'%'")  # MySQL has no CREATE OR REPLACE USER
+        server.sql(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{pw}'")
+    if server.flavor == "mysql":
+        server.sql("FLUSH PRIVILEGES")  # caching_sha2_password's cache emptied: the daemon's login is a full one
     try:
+        if server.flavor == "mysql":
+            raise RuntimeError("ed25519 is MariaDB's plugin: MySQL has none")
         if not server.sql("SELECT 1 FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'ed25519'"):
             server.sql("INSTALL SONAME 'auth_ed25519'")
         server.sql(f"CREATE OR REPLACE USER 'pw_ed'@'%' IDENTIFIED VIA ed25519 USING PASSWORD('{UTF8_PW}')")
         accounts["ed25519-utf8"] = ("pw_ed", UTF8_PW)
     except Exception as exc:  # noqa: BLE001 (the plugin is not shipped with every server build)
         print(f"\n[passwords] ed25519 not available on {server.version}: {exc}")
-    for user, pw in accounts.values():
+    for user, _ in accounts.values():
         server.sql(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO '{user}'@'%'")
+    for user, pw in accounts.values():
         pymysql.connect(host=server.host, port=server.port, user=user, password=pw.encode("utf-8")).close()
+    if server.flavor == "mysql":
+        server.sql("FLUSH PRIVILEGES")
     return accounts
 
 
@@ -99,6 +110,7 @@ def _streams_a_row(server, tmp_path: Path, user: str, password: str, schema: str
 @pytest.mark.parametrize("case", ["native-utf8", "native-latin1", "ed25519-utf8"])
 def test_password_as_utf8_bytes(mariadb, fresh_db, accounts, tmp_path, case):
     if case not in accounts:
+        skip_unless_flavour(mariadb, "mariadb", "the ed25519 authentication plugin")
         pytest.skip(f"this server ({mariadb.version}) has no auth_ed25519 plugin")
     user, password = accounts[case]
     changes = _streams_a_row(mariadb, tmp_path, user, password, fresh_db)

@@ -8,6 +8,7 @@ equal the target's dump after the replay, or the source's dump taken at the cut 
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from datetime import datetime, timezone
@@ -17,9 +18,19 @@ import pytest
 from binlogd.cli.filetools import dump_events
 from tests.support import every_type
 from tests.support.daemon import base_overrides, running_daemon, wait_caught_up
+from tests.support.flavour import gtid_position
 from tests.support.sqlout import binlogd_sql, client, dump, flush, new_files, target
 
 pytestmark = pytest.mark.server
+GTID_EVENTS = ("MARIADB_GTID", "GTID")  # a transaction's first event, MariaDB's and MySQL's
+
+
+def _last_seq(server) -> int:
+    """The sequence number of the server's last transaction (MariaDB: its one domain; MySQL: its own UUID's)."""
+    if server.flavor == "mysql":
+        uuid_ = server.sql("SELECT @@server_uuid")[0][0]
+        return int(re.search(rf"{uuid_}:(?:\d+-)?(\d+)", gtid_position(server)).group(1))
+    return int(gtid_position(server).split("-")[-1])
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +49,21 @@ def _run(server, statements: list[str], database: str | None = None) -> None:
         conn.close()
 
 
-def ddl_workload(db: str) -> list[str]:
+def ddl_workload(db: str, mysql: bool = False) -> list[str]:
     """DDL mixed with DML: ALTERs of every kind, RENAME, CREATE … LIKE / AS SELECT, a view, a stored
     procedure (its body holds ``;``), a table without a primary key, generated columns, latin1 text,
-    TRUNCATE, DROP."""
+    TRUNCATE, DROP. ``mysql``: without what ``binlogd sql`` cannot replay into MySQL yet (CREATE … SELECT
+    becomes CREATE and INSERT … SELECT; no generated columns): :func:`test_create_table_as_select`,
+    :func:`test_generated_columns`."""
+    copy = (["CREATE TABLE d AS SELECT id, title FROM b"] if not mysql else
+            ["CREATE TABLE d (id INT NOT NULL DEFAULT 0, title VARCHAR(30) CHARACTER SET utf8mb4)",
+             "INSERT INTO d SELECT id, title FROM b"])
+    generated = [] if mysql else [
+        "CREATE TABLE g (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s INT AS (a + 1) STORED)",
+        "INSERT INTO g (id, a) VALUES (1, 1), (2, 2)",
+        "UPDATE g SET a = 10 WHERE id = 1",
+        "DELETE FROM g WHERE id = 2",
+    ]
     return [
         f"CREATE DATABASE `{db}` CHARACTER SET latin1",
         f"USE `{db}`",
@@ -55,7 +77,7 @@ def ddl_workload(db: str) -> list[str]:
         "RENAME TABLE a TO b",
         "CREATE TABLE c LIKE b",
         "INSERT INTO c SELECT * FROM b WHERE id > 1",
-        "CREATE TABLE d AS SELECT id, title FROM b",
+        *copy,
         "CREATE TABLE nopk (k INT, v VARCHAR(10), UNIQUE KEY (k, v))",
         "INSERT INTO nopk VALUES (1, 'a'), (NULL, 'a'), (NULL, 'a'), (2, 'A')",
         "DELETE FROM nopk WHERE k IS NULL LIMIT 1",
@@ -68,28 +90,63 @@ def ddl_workload(db: str) -> list[str]:
         "INSERT INTO c (title, price) VALUES ('after truncate', 1)",
         "ALTER TABLE b ENGINE=InnoDB, CONVERT TO CHARACTER SET utf8mb4",
         "UPDATE b SET title = CONCAT(title, ' ✓')",
-        "CREATE TABLE g (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s INT AS (a + 1) PERSISTENT)",
-        "INSERT INTO g (id, a) VALUES (1, 1), (2, 2)",
-        "UPDATE g SET a = 10 WHERE id = 1",
-        "DELETE FROM g WHERE id = 2",
+        *generated,
         "CREATE TABLE gone (x INT PRIMARY KEY)",
         "INSERT INTO gone VALUES (1)",
         "DROP TABLE gone",
     ]
 
 
-def test_replay_every_type_and_ddl(mariadb, dest):
+def test_replay_every_type_and_ddl(mariadb, dest, request):
     """The every-type workload (inserts, updates, deletes of every column type) and the DDL workload."""
+    if mariadb.flavor == "mysql":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "binlogd sql bug: a MySQL JSON column holding the JSON literal null is written as SQL NULL (the decoder "
+            "gives None for both), so the replayed row differs")))
     first = flush(mariadb)
     scenario = every_type.run_scenario(mariadb, minimal=False)
     ddl_db = f"sqlddl_{uuid.uuid4().hex[:8]}"
-    _run(mariadb, ddl_workload(ddl_db))
+    _run(mariadb, ddl_workload(ddl_db, mysql=mariadb.flavor == "mysql"))
     files = new_files(mariadb, first)
     run = binlogd_sql(*files)
     assert run.code == 0, run.stderr
     client(dest, run.sql)
     databases = (scenario.schema, ddl_db)
     assert dump(dest, *databases) == dump(mariadb, *databases)
+
+
+def test_create_table_as_select(mariadb, dest, request):
+    """CREATE TABLE … SELECT: MySQL logs it as one transaction, ``CREATE TABLE … START TRANSACTION`` then its rows."""
+    if mariadb.flavor == "mysql":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "binlogd sql bug: its row session SETs (SET NAMES …) come after MySQL's CREATE TABLE … START "
+            "TRANSACTION, where MySQL allows only the rows and COMMIT (ERROR 3977)")))
+    db = f"sqlctas_{uuid.uuid4().hex[:8]}"
+    first = flush(mariadb)
+    _run(mariadb, [f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.b (id INT PRIMARY KEY, title VARCHAR(30))",
+                   f"INSERT INTO `{db}`.b VALUES (1, 'x'), (2, 'ü')",
+                   f"CREATE TABLE `{db}`.d AS SELECT id, title FROM `{db}`.b"])
+    run = binlogd_sql(*new_files(mariadb, first))
+    assert run.code == 0, run.stderr
+    client(dest, run.sql)
+    assert dump(dest, db) == dump(mariadb, db)
+
+
+def test_generated_columns(mariadb, dest, request):
+    """A table with a virtual and a stored generated column: the replay gives the same rows."""
+    if mariadb.flavor == "mysql":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "binlogd sql bug: it writes values for generated columns (MySQL logs them in full row images), "
+            "which MySQL refuses (ERROR 3105)")))
+    db = f"sqlgen_{uuid.uuid4().hex[:8]}"
+    first = flush(mariadb)
+    _run(mariadb, [f"CREATE DATABASE `{db}`", f"USE `{db}`",
+                   "CREATE TABLE g (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s INT AS (a + 1) STORED)",
+                   "INSERT INTO g (id, a) VALUES (1, 1), (2, 2)", "UPDATE g SET a = 10 WHERE id = 1"])
+    run = binlogd_sql(*new_files(mariadb, first))
+    assert run.code == 0, run.stderr
+    client(dest, run.sql)
+    assert dump(dest, db) == dump(mariadb, db)
 
 
 def _second_boundary() -> tuple[int, str]:
@@ -113,14 +170,18 @@ def test_cut_at_datetime_and_gtid(mariadb, dest):
     """A replay cut at a datetime, or at a GTID, in the middle of the workload equals the source as it
     stood at that point."""
     db = f"sqlcut_{uuid.uuid4().hex[:8]}"
-    seq_before = int(mariadb.sql("SELECT @@gtid_binlog_pos")[0][0].split("-")[-1])
+    seq_before = _last_seq(mariadb)
     first = flush(mariadb)
     _run(mariadb, [f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(100))"])
     for step in (1, 2):
         _run(mariadb, _phase(db, step))
     snapshot = dump(mariadb, db)
-    gtid_pos = mariadb.sql("SELECT @@gtid_binlog_pos")[0][0]
-    domain, server_id, seq_mid = (int(x) for x in gtid_pos.split("-"))
+    seq_mid = _last_seq(mariadb)
+    if mariadb.flavor == "mysql":
+        between = f"{mariadb.sql('SELECT @@server_uuid')[0][0]}:{seq_before + 1}-{seq_mid}"
+    else:
+        domain, server_id, _ = gtid_position(mariadb).split("-")
+        between = f"{domain}-{server_id}-{seq_before + 1}-{seq_mid}"
     _, stop_text = _second_boundary()
     for step in (3, 4):
         _run(mariadb, _phase(db, step))
@@ -132,7 +193,7 @@ def test_cut_at_datetime_and_gtid(mariadb, dest):
     assert dump(dest, db) == snapshot
 
     dest.sql(f"DROP DATABASE `{db}`")
-    run = binlogd_sql("--include-gtids", f"{domain}-{server_id}-{seq_before + 1}-{seq_mid}", *files)
+    run = binlogd_sql("--include-gtids", between, *files)
     assert run.code == 0, run.stderr
     client(dest, run.sql)
     assert dump(dest, db) == snapshot
@@ -147,7 +208,7 @@ def test_start_position_inside_a_transaction_is_moved(mariadb, dest):
     first = flush(mariadb)
     _run(mariadb, ["BEGIN", f"INSERT INTO `{db}`.t VALUES (1, 1)", f"INSERT INTO `{db}`.t VALUES (2, 2)", "COMMIT"])
     events = [(e.header.pos, e.header.type_name) for e in dump_events(first)]
-    gtid = [pos for pos, name in events if name == "MARIADB_GTID"][-1]
+    gtid = [pos for pos, name in events if name in GTID_EVENTS][-1]
     second_rows = [pos for pos, name in events if name.startswith("WRITE_ROWS")][1]
     run = binlogd_sql("--start-position", second_rows, first)
     assert run.code == 0, run.stderr
@@ -162,7 +223,7 @@ def test_replay_from_the_daemons_raw_archive(mariadb, dest, tmp_path):
     first = flush(mariadb)
     overrides = base_overrides(mariadb, tmp_path, **{"sink.kind": "archive", "source.start": f"file:{first.name}:4"})
     with running_daemon(overrides) as daemon:
-        _run(mariadb, ddl_workload(db))
+        _run(mariadb, ddl_workload(db, mysql=mariadb.flavor == "mysql"))
         mariadb.sql("FLUSH BINARY LOGS")
         _run(mariadb, [f"UPDATE `{db}`.b SET price = -price"])
         wait_caught_up(mariadb, tmp_path / "checkpoint.json", daemon=daemon)
@@ -181,13 +242,13 @@ def test_keep_gtids_replays_under_the_original_gtids(mariadb, dest):
     _run(mariadb, [f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(100))",
                    *_phase(db, 1)])
     files = new_files(mariadb, first)
-    source_gtids = [e.gtid for path in files for e in dump_events(path) if e.header.type_name == "MARIADB_GTID"]
+    source_gtids = [e.gtid for path in files for e in dump_events(path) if e.header.type_name in GTID_EVENTS]
     dest_first = flush(dest)
     run = binlogd_sql("--keep-gtids", *files)
     assert run.code == 0, run.stderr
     client(dest, run.sql)
     replayed = [e.gtid for path in new_files(dest, dest_first) for e in dump_events(path)
-                if e.header.type_name == "MARIADB_GTID"]
+                if e.header.type_name in GTID_EVENTS]
     assert replayed == source_gtids and len(source_gtids) == 4  # the UPDATE and DELETE of step 1 match no row
     assert dump(dest, db) == dump(mariadb, db)
 

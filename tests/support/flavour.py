@@ -6,6 +6,7 @@ A ``server`` is anything with ``flavor`` ("mariadb" or "mysql") and ``version`` 
 - :func:`skip_unless_flavour`: skip the test where ``server`` is not of the flavour that has the feature;
 - :func:`binlog_status`: the binlog's end, ``SHOW MASTER STATUS`` (MariaDB, MySQL before 8.2) or
   ``SHOW BINARY LOG STATUS`` (MySQL 8.2 and later);
+- :func:`status_statement`: which of the two, from a connection's server version;
 - :func:`gtid_position`: the GTIDs the binlog holds, ``@@gtid_binlog_pos`` (MariaDB) or ``@@gtid_executed`` (MySQL).
 """
 
@@ -15,7 +16,7 @@ import pytest
 
 from binlogd.protocol.decoder import version_tuple
 
-__all__ = ["binlog_status", "gtid_position", "is_mysql", "skip_unless_flavour"]
+__all__ = ["binlog_status", "gtid_position", "is_mysql", "skip_unless_flavour", "status_statement"]
 
 _NAMES = {"mariadb": "MariaDB", "mysql": "MySQL"}
 
@@ -34,11 +35,16 @@ def skip_unless_flavour(server, flavour: str, feature: str) -> None:
 
 def binlog_status(server) -> tuple[str, int]:
     """(file, position) of the end of ``server``'s binlog."""
-    if is_mysql(server) and version_tuple(server.version) >= (8, 2, 0):
-        row = server.sql("SHOW BINARY LOG STATUS")[0]
-    else:
-        row = server.sql("SHOW MASTER STATUS")[0]
+    row = server.sql("SHOW BINARY LOG STATUS" if is_mysql(server) and version_tuple(server.version) >= (8, 2, 0)
+                     else "SHOW MASTER STATUS")[0]
     return str(row[0]), int(row[1])
+
+
+def status_statement(server_info: str) -> str:
+    """The statement that shows the binlog's end on a server whose handshake version is ``server_info``."""
+    if "mariadb" not in server_info.lower() and version_tuple(server_info) >= (8, 2, 0):
+        return "SHOW BINARY LOG STATUS"
+    return "SHOW MASTER STATUS"
 
 
 def gtid_position(server) -> str:

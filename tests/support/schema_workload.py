@@ -15,6 +15,8 @@ import io
 import json
 from pathlib import Path
 
+from tests.support.flavour import status_statement
+
 _WORKLOAD = [
     "CREATE TABLE {t} (id INT PRIMARY KEY, a VARCHAR(10), n INT UNSIGNED, e ENUM('x','y','z'), s SET('p','q','r'),"
     " l VARCHAR(8) CHARACTER SET latin1, d DECIMAL(8,2))",
@@ -55,7 +57,7 @@ WORKLOAD = workload()
 
 def current_file(conn) -> str:
     with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
+        cur.execute(status_statement(conn.get_server_info()))
         return cur.fetchone()[0]
 
 

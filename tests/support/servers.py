@@ -94,7 +94,7 @@ def versions() -> list[str]:
     """The fixtures' server ids: the machine's server (as "major.minor", "machine" when there is none),
     "11.8" (without a duplicate when the machine's is 11.8) and :data:`MYSQL` ("mysql-9.7")."""
     mine = machine_version() or "machine"
-    return [mine] if mine == "11.8" else [mine, "11.8"]
+    return ([mine] if mine == "11.8" else [mine, "11.8"]) + [MYSQL]
 
 
 def cross_compression():

@@ -42,7 +42,7 @@ def make_tables(server, db: str, rows: int) -> None:
             cur.execute("CREATE TABLE comp (a INT NOT NULL, b VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL, "
                         "v INT, PRIMARY KEY (a, b))")
             cur.execute("CREATE TABLE nokey (x INT, y VARCHAR(20))")
-            cur.execute("CREATE TABLE empty (id INT NOT NULL PRIMARY KEY, v INT)")
+            cur.execute("CREATE TABLE `empty` (id INT NOT NULL PRIMARY KEY, v INT)")  # EMPTY is reserved in MySQL
             cur.executemany("INSERT INTO big VALUES (%s, %s, %s, %s, %s)",
                             [(i * 3 + 1_000_000_000_000, f"v{i}", i, f"{i}.{i % 1000:03d}",
                               f"2026-01-01 00:00:{i % 60:02d}.{i % 1000:03d}") for i in range(rows)])
