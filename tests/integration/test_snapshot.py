@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from tests.support import servers
 from tests.support.daemon import (
     base_overrides,
     read_changes,
@@ -29,7 +30,7 @@ from tests.support.daemon import (
 from tests.support.flavour import skip_unless_flavour
 from tests.support.snapshots import WriteLoad, check_against_server, make_tables, replay_upsert
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, servers.cross_compression()]  # also [mysql-9.7-compressed]
 
 DONE = re.compile(r"snapshot: done")
 

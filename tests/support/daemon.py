@@ -495,7 +495,9 @@ def json_form(data_type: str, column_type: str, precision: int | None, value):
             return value
         return (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
                 f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}{_fraction(value.microsecond, fsp)}")
-    if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json"):
+    if t == "json":  # MySQL's JSON type (MariaDB's JSON is a LONGTEXT): the document, as the sink gives it
+        return json.loads(value)
+    if t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext"):
         return value if isinstance(value, str) else value.decode("utf-8")
     if t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point"):
         return base64.b64encode(value).decode("ascii")
