@@ -378,24 +378,23 @@ class Daemon:
             self.committer.durable = adopt(self.sink, self.committer.durable, self.log, self.metrics)
 
     async def _check_source(self, session: Session, info: ServerInfo) -> None:
-        """Refuse to resume from a checkpoint of another source (:func:`.resumerule.check_source`; with several
-        source.hosts, :class:`~.failover.Failover` judges the hosts).
+        """Refuse to resume from a bus sink's checkpoint of another source (:func:`.resumerule.check_source`; with
+        several source.hosts, :class:`~.failover.Failover` judges the hosts).
 
         Raises:
             SinkError: (fatal, exit 8) it is another source's.
         """
         state = self.committer.durable
-        if state is None or not state.source.get("flavor") or not isinstance(self.hosts, OneHost):
+        if state is None or not state.source.get("flavor") or not isinstance(self.hosts, OneHost) \
+                or self.sink.remote_checkpoint() is None:  # a local file: the schema history names its source
             return
         if info.flavor == "mariadb":
             rows = await session.conn.query("SELECT @@global.gtid_binlog_state, @@global.gtid_slave_pos")
         else:
             rows = await session.conn.query("SELECT @@global.gtid_executed")
         status = await session.conn.query(info.admin_show_status)
-        where = f"the checkpoint in {self.sink.name}" if self.sink.remote_checkpoint() is not None else \
-            f"checkpoint {self.store.path}"
         check_source(state, info, str(status[0][0]) if status else "",
-                     ",".join(str(v) for v in rows[0] if v).replace("\n", ""), where)
+                     ",".join(str(v) for v in rows[0] if v).replace("\n", ""), f"the checkpoint in {self.sink.name}")
 
     async def _attach_schema(self, info: ServerInfo, resume: ResumeState) -> None:
         """The schema history for this session: its server lookups go to the session's server, and it

@@ -143,7 +143,7 @@ def prime(view, fde: int = 4, schema_source=None) -> Decoder:
     for pos in (4, fde) if fde != 4 else (4,):
         length = event_bounds(view, pos, decoder.header_len)
         if length is None:
-            raise TruncatedError(f"binlog ends inside the event at offset {pos}", pos)
+            raise TruncatedError("binlog ends inside an event", pos)
         decoder.decode(view[pos:pos + length], pos)
     return decoder
 
@@ -175,8 +175,7 @@ def walk(view, start: int = 4, stop: int | None = None, fde: int = 4,
         if length is None or pos + length > end:
             if partial_tail:
                 return
-            raise TruncatedError(f"binlog ends inside the event at offset {pos} "
-                                 f"({end - pos} bytes of it present)", pos)
+            raise TruncatedError(f"binlog ends inside an event ({end - pos} bytes of it present)", pos)
         yield decoder.decode(view[pos:pos + length], pos)
         pos += length
 

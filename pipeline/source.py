@@ -501,8 +501,8 @@ def _scan(path: str, entry: dict, size: int, final: bool, budget: int | None, sk
             return {"pos": boundary, "fde": boundary_fde, **({"end": True} if closed else {})}
         if p < size:
             boundary, boundary_fde = p, current_fde
-            raise TruncatedError(f"binlog ends inside the event at offset {p} ({size - p} bytes of it "
-                                 "present), and a later file exists", p)
+            raise TruncatedError(f"binlog ends inside an event ({size - p} bytes of it present), and a later "
+                                 "file exists", p)
         return {"pos": p, "fde": current_fde, "end": True}
     except BinlogError as exc:
         error = D.CorruptFile(path, exc)

@@ -135,6 +135,8 @@ def test_changes_equal_change_events(changes, files):
             if r["json_diffs"] is not None:
                 g["json_diffs"] = json.loads(r["json_diffs"], parse_float=Decimal)
         want = json.loads(b"[" + b",".join(dumps(c) for c in expected) + b"]", parse_float=Decimal)
+        for c in want:  # Spark's rows name a change by (file, pos, event_seq, row), not by source.id
+            del c["source"]["id"]
         assert got == want, path
         assert any(r["json_diffs"] for r in good) == any("json_diffs" in c for c in expected)
         for r, c in zip(good, expected):  # the text itself is dumps' bytes
@@ -221,7 +223,7 @@ def test_partial_tail(spark, corpus, tmp_path):
     path = tmp_path / "mysql-bin.000001"
     path.write_bytes(data[:5000])
     expected, error = dump_json(path)
-    assert error and "ends inside the event" in error
+    assert error and "ends inside an event" in error
     with pytest.raises(Exception) as info:
         spark.read.format("binlog").load(str(path)).collect()
     assert error in str(info.value)

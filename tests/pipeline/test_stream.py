@@ -179,7 +179,8 @@ def test_superseded_file_and_corrupt_tail(spark, corpus, tmp_path):
     shutil.copy(corpus / SECOND, directory / "mysql-bin.000002")
     with pytest.raises(Exception) as info:
         available_now(spark, directory, tmp_path / "ck-fail", Collector())
-    assert f"{directory / 'mysql-bin.000001'}: binlog ends inside the event at offset {xid['pos']}" in str(info.value)
+    assert f"{directory / 'mysql-bin.000001'}: binlog ends inside an event" in str(info.value)
+    assert f"(at offset {xid['pos']})" in str(info.value)
     sink = Collector()
     available_now(spark, directory, tmp_path / "ck-skip", sink, corruptFiles="skip")
     rows = [r for r in sink.rows() if r["file"].endswith("000001")]
