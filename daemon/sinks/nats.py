@@ -18,6 +18,7 @@ another view, as another run's changes) are deleted.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 from binlogd.library.checkpointfile import Checkpoint
@@ -177,7 +178,7 @@ class NatsSink(BusSink):
                 out.append(nats_hpubs(self._subject_of(schema, table), sid, prefix.encode(), row0, seq, block, count))
                 seq += count
         if out:
-            await self._nc._send_command(b"".join(out))
+            await self._unless_lost(self._nc._send_command(b"".join(out)))
         schema, table, _file, _pos, row0, _gtid, _op, sid, prefix = meta
         source = f"{prefix}:{row0 + n - 1}"
         self._seq = seq
@@ -189,7 +190,7 @@ class NatsSink(BusSink):
         headers["Nats-Expected-Last-Sequence"] = str(self._seq)
         self._seq += 1
         acks = self._acks
-        ack = await self._js.publish_async(subject, payload, headers=headers)
+        ack = await self._unless_lost(self._js.publish_async(subject, payload, headers=headers))
         acks.append((ack, self._seq))
         while acks and acks[0][0].done():
             self._check(*acks.popleft())
@@ -205,8 +206,21 @@ class NatsSink(BusSink):
             await self._publish(self.checkpoint_subject, checkpoint, {"Nats-Rollup": "sub"})
         acks = self._acks
         while acks:
-            await acks[0][0]
+            await self._unless_lost(acks[0][0])
             self._check(*acks.popleft())
+
+    async def _unless_lost(self, awaitable):
+        """Await ``awaitable`` (a nats-py call or an ack), failing as soon as the connection is closed. nats-py's
+        close can fail before its callbacks (a drain on the dead socket) and leave its flush futures and the
+        acks pending for ever; its status says closed all the same."""
+        task = asyncio.ensure_future(awaitable)
+        while not task.done():
+            if self._nc is None or self._nc.is_closed:
+                task.cancel()
+                raise SinkError(f"{self.name}: the connection to the NATS server was lost",
+                                exit_code=EXIT_UNREACHABLE)
+            await asyncio.wait((task,), timeout=0.25)
+        return task.result()
 
     async def _disconnect(self) -> None:
         for ack, _seq in self._acks:

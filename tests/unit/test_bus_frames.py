@@ -257,7 +257,7 @@ def test_nats_write_sends_an_hpub_per_row_and_publishes_the_last(piece):
         published.append((subject, payload, headers))
         return asyncio.get_running_loop().create_future()
 
-    sink._nc, sink._js, sink._seq = SimpleNamespace(_send_command=send), SimpleNamespace(
+    sink._nc, sink._js, sink._seq = SimpleNamespace(_send_command=send, is_closed=False), SimpleNamespace(
         publish_async=publish_async), 41
     asyncio.run(sink._write(piece))
     rows = _rows(piece)
