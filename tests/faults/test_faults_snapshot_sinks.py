@@ -19,7 +19,7 @@ from tests.integration.test_snapshot_incremental import make_signal_table, signa
 from tests.support.brokers import KINDS, require
 from tests.support.busread import read_bus
 from tests.support.daemon import DaemonProcess, base_overrides, read_changes, read_checkpoint, wait_caught_up
-from tests.support.snapshots import WriteLoad, check_against_server, make_tables, stop_when
+from tests.support.snapshots import WriteLoad, check_against_server, make_tables, reload_account, stop_when
 
 pytestmark = pytest.mark.server
 SINKS = ["jsonl", "redis", "nats", "postgres"]
@@ -40,6 +40,7 @@ def broker_for(kind: str):
 def settings(server, tmp_path, db: str, kind: str, broker, chunk_rows: int, **extra) -> dict:
     o = base_overrides(server, tmp_path, snapshot__chunk_rows=chunk_rows, snapshot__readers=2,
                        filters__include_schemas=db, **extra)
+    o.update(reload_account(server))
     if broker is not None:
         o.update({"sink.kind": kind, f"sink.{kind}.url": broker.url})
     return o

@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from tests.support.daemon import DaemonProcess, base_overrides, read_changes, wait_caught_up
+from tests.support.snapshots import reload_account
 
 pytestmark = pytest.mark.server
 
@@ -25,7 +26,7 @@ def _db() -> str:
 
 def _run_snapshot(server, tmp_path, db: str, **extra) -> DaemonProcess:
     o = base_overrides(server, tmp_path, snapshot__mode="initial", filters__include_schemas=db, **extra)
-    d = DaemonProcess(o)
+    d = DaemonProcess({**o, **reload_account(server)})
     try:
         d.wait_for_line(r"snapshot: done", timeout=120)
         wait_caught_up(server, tmp_path / "checkpoint.json", daemon=d)

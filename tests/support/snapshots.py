@@ -9,7 +9,8 @@
   without one); counts each key's reads.
 - :func:`check_against_server`: the replay equals each table's ``SELECT``, and no key was read twice;
 - :func:`stop_when` and :func:`finish`: a daemon process stopped at a point of its snapshot, and the last run
-  taken to the end.
+  taken to the end;
+- :func:`reload_account`: on MySQL, an account whose initial snapshot opens its view under FTWRL.
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ from tests.support.daemon import DaemonProcess, read_checkpoint, table_rows, wai
 
 PKS = {"big": ("id",), "comp": ("a", "b"), "empty": ("id",), "nokey": ()}
 _WORDS = ["alpha", "Beta", "gamma", "DELTA", "épsilon", "zeta", "Eta", "theta"]
+
+
+def reload_account(server) -> dict[str, str]:
+    """``--set`` values for an account with RELOAD on MySQL (its initial snapshot opens its view under FLUSH TABLES
+    WITH READ LOCK; the suite's replication account has none: the lock-free fallback); none on MariaDB."""
+    if server.flavor != "mysql":
+        return {}
+    server.sql("CREATE USER IF NOT EXISTS 'snapreload'@'127.0.0.1' IDENTIFIED BY 'snapreload'")
+    server.sql("GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT, RELOAD ON *.* TO 'snapreload'@'127.0.0.1'")
+    return {"source.user": "snapreload", "source.password": "snapreload"}
 
 
 def comp_key(n: int) -> tuple[int, str]:
