@@ -18,7 +18,9 @@ admin connection of its own, at a transaction boundary of the stream (the consum
 3. the high watermark H is that view's binlog position where the server tells it (MariaDB, Percona:
    ``Binlog_snapshot_file/position``; the chunk is then exactly the binlog's prefix up to H, and a view
    before C, which misses a transaction the stream already passed, is read again), else the binlog end after
-   the SELECT (``SHOW MASTER STATUS``/``SHOW BINARY LOG STATUS``);
+   the SELECT (``SHOW MASTER STATUS``/``SHOW BINARY LOG STATUS``) with its executed GTID set (MySQL): a stream
+   resumed by GTID, whose position stays behind the transactions the server skipped, has reached H once it
+   holds that set (Debezium's read-only watermarks);
 4. the stream goes on; every row change of the table after C drops its keys (before and after image) from
    the buffer: the streamed change wins;
 5. at the first transaction boundary at or after H, the rows left are written as ``op: "read"`` events
@@ -42,6 +44,7 @@ import time
 import orjson
 
 from binlogd.library.identity import incremental_prefix
+from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import is_before
 
 from .connection import admin_connection
@@ -109,6 +112,7 @@ class Incremental:
         self.watched = {self.signal}
         self.buffer: dict | None = None
         self.high: tuple[str, int] = ("", 0)
+        self.high_gtids = ""                   # MySQL: the executed GTID set at the high watermark
         self.chunk_last: list | None = None    # the last key the buffered chunk read
         self.chunk_full = False                # it read chunk_rows rows (more may follow)
         self.table: TableInfo | None = None
@@ -249,7 +253,7 @@ class Incremental:
         try:
             while self.state is not None:
                 if self.buffer is not None:
-                    if is_before(tracker.file, tracker.pos, *self.high):
+                    if is_before(tracker.file, tracker.pos, *self.high) and not self._gtids_reached(tracker):
                         return
                     await self._write(consumer)
                 elif consumer.stopping.is_set() or time.monotonic() > deadline:
@@ -262,6 +266,13 @@ class Incremental:
                 self.close()
                 raise _server_error(exc, "incremental snapshot") from None
             raise
+
+    def _gtids_reached(self, tracker) -> bool:
+        """Whether the stream holds every transaction of the high watermark's GTID set (MySQL; else False)."""
+        if not self.high_gtids:
+            return False
+        have = tracker.gtid_set
+        return have.union(MysqlGtidSet.parse(self.high_gtids)) == have
 
     async def _table(self) -> TableInfo | None:
         """The current table, described when it changed; None when it was refused (taken out of the tables)."""
@@ -325,9 +336,10 @@ class Incremental:
             return False
         if cut is not None and is_before(*cut, *low):
             return False  # the view misses a transaction the stream passed: read again
+        self.high_gtids = ""
         if cut is None:  # no view position (MySQL): the binlog's end after the SELECT is the high watermark
             end = await binlog_end(self.conn)
-            cut = end.file, end.pos
+            cut, self.high_gtids = (end.file, end.pos), end.gtid_set
         self.buffer = {}
         for r in raw:
             row = info.row(r)
