@@ -23,19 +23,17 @@ from .connection import ServerInfo
 from .metrics import Metrics
 from .sinks import Sink, SinkError
 
-EXIT_CHECKPOINT = 8
-
 
 def adopt(sink: Sink, memory: ResumeState | None, log: logging.Logger, metrics: Metrics) -> ResumeState | None:
     """Where to resume after ``sink`` was opened: the broker's checkpoint when it keeps one, else ``memory``
-    (the daemon's last durable state, or the local checkpoint at start). A broker behind ``memory`` is logged
-    (warning) and counted (``binlogd_sink_gaps_total``); one ahead of it is logged (info)."""
-    remote = sink.remote_checkpoint()
+    (the daemon's last durable state, or the local checkpoint at start). A broker that differs from ``memory`` is
+    named in a warning; one behind it (or holding none) is also counted in ``binlogd_sink_gaps_total``."""
+    remote, name = sink.remote_checkpoint(), getattr(sink, "name", "the sink")
     if remote is None:
         if memory is not None and sink.commits_position:
             metrics.sink_gap()
             log.warning("%s holds no checkpoint, though binlogd had delivered up to %s to it: what it held is "
-                        "gone; going on from %s", getattr(sink, "name", "the sink"), _where(memory), _where(memory))
+                        "gone; going on from there", name, _where(memory))
         return memory
     broker = ResumeState.from_checkpoint(remote)
     if memory is None or _same(broker, memory):
@@ -44,10 +42,9 @@ def adopt(sink: Sink, memory: ResumeState | None, log: logging.Logger, metrics: 
     if _progress(broker) < _progress(memory):
         metrics.sink_gap()
         log.warning("%s holds less than was delivered to it: its committed position is %s, binlogd had delivered "
-                    "up to %s; sending again from %s", getattr(sink, "name", "the sink"), now, was, now)
+                    "up to %s; sending again from %s", name, now, was, now)
     else:
-        log.warning("%s: the sink's committed position %s wins over the local checkpoint's %s", getattr(
-            sink, "name", "the sink"), now, was)
+        log.warning("%s: the sink's committed position %s wins over the local checkpoint's %s", name, now, was)
     return broker
 
 
@@ -95,7 +92,7 @@ def check_source(resume: ResumeState, info: ServerInfo, server_file: str, gtid_s
     raise SinkError(f"{where} is of another source: its position {position.file}:{position.pos} is on "
                     f"{_name(src)}, but this session's server is {_name(ours.to_obj())} (GTID state "
                     f"{gtid_state or 'empty'}); use another checkpoint key, stream or table for this source, "
-                    "or move that checkpoint away to start over", fatal=True, exit_code=EXIT_CHECKPOINT)
+                    "or move that checkpoint away to start over", fatal=True)
 
 
 def _name(src: dict) -> str:
