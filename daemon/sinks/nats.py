@@ -229,6 +229,14 @@ class NatsSink(BusSink):
         if self._nc is not None:
             nc, self._nc = self._nc, None
             await nc.close()
+            # A close that failed half way (see _unless_lost) leaves nats-py's tasks behind: the read loop's
+            # exception unretrieved, the subscriptions' readers pending; end them here, not on stderr at exit.
+            tasks = [getattr(nc, name, None) for name in ("_reading_task", "_flusher_task", "_ping_interval_task")]
+            tasks += [getattr(sub, "_wait_for_msgs_task", None) for sub in getattr(nc, "_subs", {}).values()]
+            tasks = [t for t in tasks if t is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _error_of(self, exc: Exception) -> SinkError:
         from nats import errors as nx

@@ -341,6 +341,7 @@ def test_a_broker_crash_in_the_middle_of_a_big_compressed_transaction(kind, comp
                 wait_caught_up(server, cp, timeout=30, daemon=d, fail_on=None)
                 assert not d.count("no commit in"), d.stderr
                 assert d.terminate() == 0, d.stderr
+                assert "Traceback" not in d.stderr, d.stderr
             finally:
                 if d.running:
                     d.kill()
