@@ -268,6 +268,7 @@ def test_compressed_transactions_ids_unique_through_a_kill(kind, fault, compress
                 t0 = time.monotonic()
                 assert d.terminate() == 0, d.stderr
                 assert time.monotonic() - t0 < 10, "SIGTERM took 10 s or more"
+                assert "Traceback" not in d.stderr, d.stderr
             finally:
                 if load is not None:
                     load.stop()
