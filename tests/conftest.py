@@ -8,7 +8,8 @@ server skips, naming why, when it cannot be fetched (a download is outside our c
 CI=true); the machine's server is required under CI. A module whose ``pytestmark`` is
 :func:`tests.support.servers.cross_compression` also runs on ``[mysql-9.7-compressed]``: every server its tests
 start compresses transactions (binlog_transaction_compression=ON). MariaDB-only features skip on MySQL
-through :mod:`tests.support.flavour`.
+through :mod:`tests.support.flavour`. For CI time only the modules in :data:`MYSQL_MODULES` run their server
+tests on MySQL 9.7 (``--all-mysql``: every module).
 - ``server_binaries``  session: the :class:`binlogd.cli.serverbins.ServerBinaries` of that server, for tests
                        that start their own ``LocalServer(binaries=server_binaries, ...)``.
 - ``mariadb``          session: MariaDB (or MySQL: GTIDs on) with ROW binlog, FULL row image,
@@ -45,19 +46,42 @@ from tests.support.paths import CORPUS
 _SERVER_FIXTURES = {"server_binaries", "mariadb", "mariadb_minimal", "fresh_db", "mysql84"}
 
 
+# The modules whose server tests also run on MySQL 9.7 by default: every server test on it adds about 22 minutes
+# (the suite's budget allows 8), these about 5; --all-mysql runs every one. The test_mysql97_* modules always run.
+MYSQL_MODULES = frozenset({
+    "test_localserver", "test_daemon_roundtrip", "test_daemon_resume", "test_daemon_archive", "test_passwords",
+    "test_snapshot", "test_snapshot_locked_view", "test_snapshot_incremental", "test_failover_daemon",
+    "test_sql_replay", "test_schema_history", "test_positions_files", "test_snapshot_source_unchanged",
+})
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False,
                      help="also run tests marked slow (long fault/fuzz runs)")
+    parser.addoption("--all-mysql", action="store_true", default=False,
+                     help="run every server test on MySQL 9.7 too, not only the modules of tests/conftest.py's "
+                          "MYSQL_MODULES")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     runslow = config.getoption("--runslow")
     skip_slow = pytest.mark.skip(reason="slow test: run with --runslow")
+    if not config.getoption("--all-mysql"):
+        mysql_only = [i for i in items if _on_mysql(i) and i.path.stem not in MYSQL_MODULES]
+        if mysql_only:
+            config.hook.pytest_deselected(items=mysql_only)
+            items[:] = [i for i in items if not (_on_mysql(i) and i.path.stem not in MYSQL_MODULES)]
     for item in items:
         if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
         if not runslow and "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+def _on_mysql(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on a MySQL 9.7 id of the ``server_binaries`` fixture."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and str(callspec.params.get("server_binaries", "")).startswith(servers.MYSQL)
 
 
 def _skip_or_fail(reason: str) -> None:
