@@ -170,7 +170,8 @@ class _StuckSink(BusSink):
 
 def test_a_stuck_broker_never_blocks_the_event_loop(monkeypatch):
     """Handing changes over never waits, however much the broker owes: past PENDING_BYTES the caller awaits
-    room(), the event loop runs on meanwhile, and room() ends in a retryable SinkError once WAIT_SECONDS pass."""
+    room(), the event loop runs on meanwhile, and room() ends in a retryable SinkError once WAIT_SECONDS pass (the
+    worker's own wait for the broker may end first: the same error, retried)."""
     from binlogd.daemon.sinks import bus
 
     monkeypatch.setattr(bus, "PENDING_BYTES", 1 << 20)
@@ -199,7 +200,7 @@ def test_a_stuck_broker_never_blocks_the_event_loop(monkeypatch):
             with pytest.raises(SinkError) as err:
                 await sink.room()
             ticker.cancel()
-            assert not err.value.fatal and "took no writes" in str(err.value)
+            assert not err.value.fatal and "stuck sink" in str(err.value)  # no answer / took no writes: retried
             assert handed < 0.2 and ticks >= 20, (handed, ticks)
         finally:
             await asyncio.to_thread(sink.close)
