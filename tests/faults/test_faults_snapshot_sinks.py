@@ -9,14 +9,13 @@ order), every table equals its SELECT; no key is read twice, and no change id (`
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections import Counter
 
 import pytest
 
 from tests.integration.test_snapshot_incremental import make_signal_table, signal
-from tests.support.brokers import KINDS, require
+from tests.support.brokers import broker_for
 from tests.support.busread import read_bus
 from tests.support.daemon import DaemonProcess, base_overrides, read_changes, read_checkpoint, wait_caught_up
 from tests.support.snapshots import WriteLoad, check_against_server, make_tables, reload_account, stop_when
@@ -26,15 +25,6 @@ SINKS = ["jsonl", "redis", "nats", "postgres"]
 ROWS = 3000
 
 
-@contextlib.contextmanager
-def broker_for(kind: str):
-    """The broker of a bus sink, started; None for jsonl."""
-    if kind == "jsonl":
-        yield None
-        return
-    require(kind)
-    with KINDS[kind]() as broker:
-        yield broker
 
 
 def settings(server, tmp_path, db: str, kind: str, broker, chunk_rows: int, **extra) -> dict:

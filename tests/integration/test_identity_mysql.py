@@ -23,7 +23,6 @@ short): every id once, and the daemon notices the lost connection at once (no 60
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import threading
@@ -35,7 +34,7 @@ import pytest
 
 from binlogd.cli.localserver import LocalServer
 from tests.support import servers
-from tests.support.brokers import KINDS, require
+from tests.support.brokers import broker_for, require
 from tests.support.busread import read_bus
 from tests.support.daemon import (
     DaemonProcess,
@@ -68,14 +67,6 @@ def compressed():
         server.cleanup()
 
 
-@contextlib.contextmanager
-def broker_for(kind: str):
-    if kind == "jsonl":
-        yield None
-        return
-    require(kind)
-    with KINDS[kind]() as broker:
-        yield broker
 
 
 class Load:

@@ -15,10 +15,9 @@ import time
 import pytest
 
 from binlogd.daemon.sinks.nats import NatsSink
-from binlogd.library.checkpointfile import Checkpoint
-from binlogd.protocol.position import Position
 from tests.support.brokers import NatsServer, require
 from tests.support.busread import read_nats
+from tests.support.sinks import commit_changes
 
 
 @pytest.fixture
@@ -35,15 +34,6 @@ def _change(change_id: str, n: int) -> dict:
                                                     else int(pos), "gtid": None, "row": int(row), "id": change_id}}
 
 
-def _commit(sink: NatsSink, changes: list, pos: int) -> bytes:
-    for change in changes:
-        sink.change(change)
-    sink.flush()
-    checkpoint = Checkpoint(Position("b.000001", pos))
-    sink.flushed(checkpoint)
-    sink.begin_sync()
-    sink.sync()
-    return checkpoint.to_bytes()
 
 
 def _stored(url: str, want: int) -> int:
@@ -72,8 +62,8 @@ def test_commits_carry_the_checkpoint_and_open_reads_it_back(nats_server):
     sink.open(None)
     try:
         assert sink.remote_checkpoint() is None
-        _commit(sink, [_change(i, n) for n, i in enumerate(_snapshot_ids(0, 5))], 100)
-        last = _commit(sink, [_change(f"b.000001:{200 + n}:0:0", n) for n in range(5)], 300)
+        commit_changes(sink, [_change(i, n) for n, i in enumerate(_snapshot_ids(0, 5))], 100)
+        last = commit_changes(sink, [_change(f"b.000001:{200 + n}:0:0", n) for n in range(5)], 300)
     finally:
         sink.close()
     sink.open({"bus": "nats"})
@@ -89,7 +79,7 @@ def test_a_snapshot_commit_cut_short_is_deleted_at_open(nats_server):
     sink = NatsSink(nats_server.url)
     sink.open(None)
     try:
-        first = _commit(sink, [_change(i, n) for n, i in enumerate(_snapshot_ids(0, 10))], 100)
+        first = commit_changes(sink, [_change(i, n) for n, i in enumerate(_snapshot_ids(0, 10))], 100)
         for n, i in enumerate(_snapshot_ids(10, 10)):  # the next chunk, stored without its checkpoint
             sink.change(_change(i, 10 + n))
         sink.flush()
@@ -100,7 +90,7 @@ def test_a_snapshot_commit_cut_short_is_deleted_at_open(nats_server):
     try:
         assert sink.remote_checkpoint().to_bytes() == first
         # the chunk read again after the restart: another run's rows
-        last = _commit(sink, [_change(f"snapshot:0:1:{10 + n}", 100 + n) for n in range(10)], 100)
+        last = commit_changes(sink, [_change(f"snapshot:0:1:{10 + n}", 100 + n) for n in range(10)], 100)
     finally:
         sink.close()
     changes = read_nats(nats_server.url)
@@ -117,7 +107,7 @@ def test_a_streamed_commit_cut_short_is_skipped_when_sent_again(nats_server):
     sink = NatsSink(nats_server.url)
     sink.open(None)
     try:
-        _commit(sink, streamed[:3], 301)  # the payload at 300, its boundary at 301
+        commit_changes(sink, streamed[:3], 301)  # the payload at 300, its boundary at 301
         for change in streamed[3:8]:  # a commit cut short after five of its changes
             sink.change(change)
         sink.flush()
@@ -126,7 +116,7 @@ def test_a_streamed_commit_cut_short_is_skipped_when_sent_again(nats_server):
         sink.close()
     sink.open({"bus": "nats"})
     try:
-        _commit(sink, streamed[3:], 400)  # the same changes read again from the checkpoint
+        commit_changes(sink, streamed[3:], 400)  # the same changes read again from the checkpoint
     finally:
         sink.close()
     changes = read_nats(nats_server.url)

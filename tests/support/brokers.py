@@ -19,6 +19,7 @@ installs the three with apt-get.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import importlib
 import json
@@ -515,6 +516,18 @@ def require(kind: str, client: bool = True) -> None:
         if _ci():
             pytest.fail(f"{kind} unavailable: {exc} (CI=true: required here)", pytrace=False)
         pytest.skip(f"{kind} unavailable: {exc}")
+
+
+@contextlib.contextmanager
+def broker_for(kind: str) -> Iterator[Broker | None]:
+    """The started broker of sink ``kind`` (skipped or failed as :func:`require` says), closed after; None for a
+    sink without one (jsonl)."""
+    if kind not in KINDS:
+        yield None
+        return
+    require(kind)
+    with KINDS[kind]() as broker:
+        yield broker
 
 
 def _serve(request: pytest.FixtureRequest, kind: str) -> Iterator[Broker]:

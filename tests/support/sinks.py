@@ -1,4 +1,4 @@
-"""Feeding sinks in unit tests: the archive's corpus files, event streams, fsync recording."""
+"""Feeding sinks in tests: the archive's corpus files, event streams, fsync recording, a bus sink's commits."""
 
 from __future__ import annotations
 
@@ -106,3 +106,19 @@ def files(directory: Path) -> list[str]:
 
 
 # =========================================================================== JSON lines
+
+
+def commit_changes(sink, changes: list, pos: int) -> bytes:
+    """Give a bus sink ``changes``, then commit them as the daemon's Committer does (flush, the mark with a
+    checkpoint at ``b.000001:pos``, sync); returns that checkpoint's bytes."""
+    from binlogd.library.checkpointfile import Checkpoint
+    from binlogd.protocol.position import Position
+
+    for change in changes:
+        sink.change(change)
+    sink.flush()
+    checkpoint = Checkpoint(Position("b.000001", pos))
+    sink.flushed(checkpoint)
+    sink.begin_sync()
+    sink.sync()
+    return checkpoint.to_bytes()

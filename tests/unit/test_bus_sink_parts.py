@@ -14,6 +14,7 @@ from binlogd.daemon.sinks import SinkError, make_sink
 from binlogd.daemon.sinks.bus import BusSink, redact
 from binlogd.daemon.sinks.postgres import copy_text
 from binlogd.library.identity import order_key
+from tests.support.sinks import commit_changes
 
 
 def test_config_subsections_and_env_overrides():
@@ -73,18 +74,6 @@ def _change(table: str, i: int, size: int = 200) -> dict:
                        "id": f"b.000001:{1000 + i}:0:0"}}
 
 
-def _commit(sink, changes: list, pos: int) -> bytes:
-    from binlogd.library.checkpointfile import Checkpoint
-    from binlogd.protocol.position import Position
-
-    for change in changes:
-        sink.change(change)
-    sink.flush()
-    checkpoint = Checkpoint(Position("b.000001", pos))
-    sink.flushed(checkpoint)
-    sink.begin_sync()
-    sink.sync()
-    return checkpoint.to_bytes()
 
 
 @pytest.fixture
@@ -117,11 +106,11 @@ def test_redis_sink_multi_then_staged_then_multi(redis_server, monkeypatch):
     sink = redis_sink.RedisSink(redis_server.url)
     sink.open(None)
     try:
-        _commit(sink, [_change("a", i) for i in range(10)], 2000)
+        commit_changes(sink, [_change("a", i) for i in range(10)], 2000)
         assert client.get("binlogd:checkpoint:binlogd") is not None and client.xlen("binlogd:d.a") == 10
         big = [_change("a" if i % 3 else "b", i) for i in range(10, 1010)]  # ~230 kB: staged
-        _commit(sink, big, 3000)
-        last = _commit(sink, [_change("b", i) for i in range(1010, 1020)], 4000)
+        commit_changes(sink, big, 3000)
+        last = commit_changes(sink, [_change("b", i) for i in range(1010, 1020)], 4000)
     finally:
         sink.close()
     assert _ids(client, "binlogd:d.a") == [i for i in range(1010) if i < 10 or i % 3]
@@ -141,11 +130,11 @@ def test_redis_sink_refused_entry_keeps_checkpoint(redis_server):
     sink = RedisSink(redis_server.url)
     sink.open(None)
     try:
-        first = _commit(sink, [_change("a", 0)], 2000)
+        first = commit_changes(sink, [_change("a", 0)], 2000)
         client.delete("binlogd:d.a")
         client.set("binlogd:d.a", "not a stream")
         with pytest.raises(SinkError) as err:
-            _commit(sink, [_change("b", 1), _change("a", 2)], 3000)
+            commit_changes(sink, [_change("b", 1), _change("a", 2)], 3000)
     finally:
         sink.close()
     assert err.value.fatal and err.value.exit_code == 6 and "WRONGTYPE" in str(err.value)
