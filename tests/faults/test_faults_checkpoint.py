@@ -9,7 +9,8 @@ checkpoint never moves backwards.
 - A LATER save fails (a full tmpfs under the checkpoint while a load runs), and a save AFTER A RECONNECT
   fails (the dump connection killed on the server, then the disk fills).
 - A ``source.start`` the primary cannot serve is never saved: a position past the end of its file or
-  inside an event ("impossible", not "purged"), a file older than the oldest ("probably purged"), a
+  inside an event (named so, with the nearest boundaries; not "purged"), a file older than the oldest ("probably
+  purged"), a
   GTID the binlog lacks; each exits 5 leaving no checkpoint, and the corrected start then streams.
 - The sink on a full tmpfs while the checkpoint is elsewhere, resuming by GTID (``start = "current"``):
   before the fix the session after the failure committed the artificial ``ROTATE <file>:4`` and the
@@ -291,8 +292,8 @@ def _bad_start(server, case: str) -> tuple[str, str]:
     file, size = server.sql("SHOW BINARY LOGS")[-1][:2]
     stem, number = file.rsplit(".", 1)
     return {
-        "past-the-end": (f"file:{file}:{int(size) + 100}", "impossible"),
-        "inside-an-event": (f"file:{file}:5", "impossible"),
+        "past-the-end": (f"file:{file}:{int(size) + 100}", "past the end of the file"),
+        "inside-an-event": (f"file:{file}:5", "the nearest event boundaries are 4 (before) and "),
         "older-than-the-oldest": (f"file:{stem}.{0:0{len(number)}d}:4", "probably purged"),
         "gtid-not-in-the-binlog": (f"gtid:{domain}-{server_id}-{int(seq) + 1_000_000}", "not in the master's binlog"),
     }[case]
@@ -307,7 +308,7 @@ def test_a_start_the_primary_refuses_is_not_saved_and_a_corrected_one_works(mari
     errors = [line for line in err.splitlines() if " ERROR " in line]
     assert rc == 5 and len(errors) == 1 and "Traceback" not in err, f"exit {rc}:\n{err}"
     assert says in errors[0], errors[0]
-    if says == "impossible":
+    if case in ("past-the-end", "inside-an-event"):
         assert "purged" not in errors[0], errors[0]
     assert read_checkpoint(tmp_path / "checkpoint.json") is None, "a refused start was saved"
     file, pos = binlog_status(mariadb)
