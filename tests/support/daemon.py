@@ -370,7 +370,7 @@ def read_changes(sink_dir: Path, strict: bool = True) -> list[dict]:
 
 
 CHANGE_KEYS = {"op", "schema", "table", "before", "after", "ts", "source"}
-SOURCE_KEYS = {"server_id", "file", "pos", "gtid", "row"}
+SOURCE_KEYS = {"server_id", "file", "pos", "gtid", "row", "id"}
 
 
 def check_change_shape(change: dict) -> None:
@@ -385,6 +385,7 @@ def check_change_shape(change: dict) -> None:
     assert isinstance(src, dict) and set(src) == SOURCE_KEYS, f"source keys {sorted(src)}: {change}"
     assert isinstance(src["server_id"], int) and isinstance(src["file"], str) and src["file"], change
     assert isinstance(src["pos"], int) and src["pos"] >= 4 and isinstance(src["row"], int) and src["row"] >= 0, change
+    assert src["id"].startswith(f"{src['file']}:{src['pos']}:") and src["id"].endswith(f":{src['row']}"), change
     assert isinstance(change["ts"], int) and change["ts"] > 1_000_000_000, change
     op = change["op"]
     if op == "insert":
