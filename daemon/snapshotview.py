@@ -6,7 +6,8 @@
 - :func:`consistent_snapshot`: the transaction and, where the server tells it, its binlog position (the
   incremental snapshot's low-level view too);
 - :func:`binlog_end`: the server's binlog end (``SHOW MASTER STATUS``);
-- :func:`release`: a chunk's metadata lock dropped, the view kept (``ROLLBACK TO SAVEPOINT``);
+- :func:`release`: ``ROLLBACK TO SAVEPOINT`` after a chunk, the view kept (with binary logging on, which a source
+  always has, the server keeps the chunk's metadata lock all the same: it ends with the view);
 - :func:`end_view`: the view ended (``ROLLBACK``);
 - :class:`Reader`: a connection and its view, as the initial snapshot reads with it.
 
@@ -47,7 +48,7 @@ async def open_view(conn, flavor: str, gtids: dict | None = None) -> tuple[Posit
     (and ``BINLOG_GTID_POS`` of them on MariaDB, which reads the binlog up to there: ``gtids`` keeps what it
     gave for each (file, pos), so that views at the same position ask once): no lock. Else (MySQL): ``FLUSH
     TABLES WITH READ LOCK``, the transaction opened and ``SHOW MASTER STATUS`` read inside it, ``UNLOCK
-    TABLES``. A savepoint is set, so that :func:`release` can drop each chunk's metadata lock.
+    TABLES``. A savepoint is set, for :func:`release`.
 
     Returns:
         (position with its GTID set or list, ``"binlog_snapshot"`` or ``"ftwrl"``).
@@ -128,7 +129,8 @@ async def binlog_end(conn) -> Position:
 
 
 async def release(conn) -> None:
-    """Drop the metadata locks of the chunks read since the view opened (the view stays)."""
+    """Roll back to the view's savepoint (the view stays). With binary logging on the server keeps the metadata
+    locks of the tables read since: they end with the view."""
     await query(conn, f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
 
 
