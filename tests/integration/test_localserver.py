@@ -218,8 +218,8 @@ def test_a_signal_at_any_moment_leaves_no_temp_dir(signum, delay) -> None:
         else:
             time.sleep(delay)
         proc.send_signal(signum)
-        rc = proc.wait(60)
-        err = proc.stderr.read()
+        _out, err = proc.communicate(timeout=60)  # read as it exits: a full pipe must not hold it
+        rc = proc.returncode
         left = processes.wait_group_gone(proc.pid)
         assert "Traceback" not in err, err
         # -15: SIGTERM came before main() turned it into an exit, when nothing had been made yet
