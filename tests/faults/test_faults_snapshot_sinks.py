@@ -110,7 +110,9 @@ def _incremental_beyond(rows: int):
     return ready
 
 
-@pytest.mark.parametrize("kind", SINKS)
+# NATS is not among them: an incremental chunk cut short by a crash stays in its stream as a finished run's reads,
+# so its keys may arrive twice (README, "Message buses").
+@pytest.mark.parametrize("kind", ["jsonl", "redis", "postgres"])
 def test_incremental_snapshot_with_a_daemon_kill_and_a_broker_crash(kind, mariadb_minimal, tmp_path):
     server, db = mariadb_minimal, f"incs_{uuid.uuid4().hex[:10]}"
     make_tables(server, db, ROWS)
