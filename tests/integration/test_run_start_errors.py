@@ -89,11 +89,13 @@ def test_a_port_that_never_answers_times_out_and_exits_4(tmp_path):
 
 @pytest.fixture
 def events(mariadb):
-    """(file, [(start, end) of each event]) of the server's current binlog file, with a few events in it."""
+    """(file, [(start, end) of each event]) of a binlog file of the server with a few events in it, closed (the
+    server writes on in the next one: the shared server's other writers cannot grow it)."""
     mariadb.sql("FLUSH BINARY LOGS")
     mariadb.sql("CREATE DATABASE IF NOT EXISTS start_errors")
     mariadb.sql("DROP DATABASE start_errors")
     name = str(mariadb.sql("SHOW BINARY LOGS")[-1][0])
+    mariadb.sql("FLUSH BINARY LOGS")
     return name, [(int(r[1]), int(r[4])) for r in mariadb.sql(f"SHOW BINLOG EVENTS IN '{name}'")]
 
 
