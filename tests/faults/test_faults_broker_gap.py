@@ -70,16 +70,8 @@ def server():
 def mysql_compressed():
     """MySQL 9.7 with binlog_transaction_compression=ON (resumed by GTID; each transaction one payload),
     started; removed after. Skipped with the reason when it cannot be fetched."""
-    try:
-        bins = servers.binaries(servers.MYSQL_COMPRESSED)
-    except servers.Unavailable as exc:
-        pytest.skip(f"MySQL 9.7 unavailable (fetching it from Debian is outside our control): {exc}")
-    s = LocalServer(binaries=bins)
-    try:
-        s.start()
-        yield s
-    finally:
-        s.cleanup()
+    with servers.running_mysql(servers.MYSQL_COMPRESSED) as server:
+        yield server
 
 
 @pytest.fixture(params=["mariadb", "mysql-compressed"])

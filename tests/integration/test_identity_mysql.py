@@ -55,16 +55,8 @@ ID = re.compile(r"^(?P<file>.+):(?P<pos>\d+):(?P<inner>\d+):(?P<row>\d+)$")
 def compressed():
     """MySQL 9.7 with binlog_transaction_compression=ON (MySQL's defaults otherwise, GTIDs on); skipped with
     the reason when it cannot be fetched."""
-    try:
-        bins = servers.binaries(servers.MYSQL_COMPRESSED)
-    except servers.Unavailable as exc:
-        pytest.skip(f"MySQL 9.7 unavailable (fetching it from Debian is outside our control): {exc}")
-    server = LocalServer(binaries=bins)
-    try:
-        server.start()
+    with servers.running_mysql(servers.MYSQL_COMPRESSED) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 

@@ -19,13 +19,8 @@ pytestmark = pytest.mark.server
 
 @pytest.fixture(scope="module")
 def mysql() -> LocalServer:
-    try:
-        bins = servers.binaries(servers.MYSQL)
-    except servers.Unavailable as exc:
-        pytest.skip(f"MySQL 9.7 unavailable (fetching it from Debian is outside our control): {exc}")
-    server = LocalServer(binaries=bins).start()
-    yield server
-    server.cleanup()
+    with servers.running_mysql() as server:
+        yield server
 
 
 def test_lock_free_snapshot_finishes_on_an_idle_server(mysql: LocalServer, tmp_path) -> None:

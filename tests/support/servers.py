@@ -13,6 +13,7 @@ run this module; the fixtures call :func:`binaries` and fetch lazily when the se
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import os
@@ -245,6 +246,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"{spec.label} ({ServerBinaries.from_root(root).version}) in {root}")
     return 0
+
+
+
+@contextlib.contextmanager
+def running_mysql(version: str = MYSQL):
+    """A started MySQL 9.7 LocalServer of fixture id ``version`` (:data:`MYSQL` or :data:`MYSQL_COMPRESSED`),
+    removed after; the calling test is skipped with the reason when it cannot be fetched."""
+    import pytest
+
+    from binlogd.cli.localserver import LocalServer
+
+    try:
+        bins = binaries(version)
+    except Unavailable as exc:
+        pytest.skip(f"MySQL 9.7 unavailable (fetching it from Debian is outside our control): {exc}")
+    server = LocalServer(binaries=bins)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
 
 
 if __name__ == "__main__":
