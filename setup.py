@@ -3,7 +3,7 @@
 ``binlogd.protocol._rowimage`` decodes row images in C and ``binlogd.protocol._skim`` checks runs of events
 a raw archive does not decode (the decoder layer); ``binlogd.library._jsonrows`` writes row images as JSON
 bytes and ``binlogd.library._sqlrows`` as SQL (the output formats), all from the plans of
-``protocol/_rowplan.h``; ``binlogd.daemon._frames`` frames the bus sinks' requests. Where they cannot
+``protocol/_rowplan.h``; ``binlogd.daemon.sinks._frames`` frames the bus sinks' requests. Where they cannot
 be compiled, installation goes on and binlogd uses its Python code for the same work, and says so once at start
 (``binlogd.protocol.speedups.missing``). With ``BINLOGD_REQUIRE_C=1`` (CI, the Dockerfile, ``scripts/test``) a
 failed compile fails the install.
@@ -27,4 +27,4 @@ setup(ext_modules=[_ext("binlogd.protocol._rowimage", "protocol/_rowimage.c", _P
                    _ext("binlogd.protocol._textrows", "protocol/_textrows.c", []),
                    _ext("binlogd.library._jsonrows", "library/_jsonrows.c", _PLAN),
                    _ext("binlogd.library._sqlrows", "library/_sqlrows.c", [*_PLAN, *_SQL]),
-                   _ext("binlogd.daemon._frames", "daemon/_frames.c", [])])
+                   _ext("binlogd.daemon.sinks._frames", "daemon/sinks/_frames.c", [])])

@@ -6,7 +6,7 @@
    ``~/.cache/binlogd/mysql-9.7``, as ``scripts/fetch-mysql`` leaves it), each with binary logging;
 2. creates the same ``--tables`` (200) tables in 10 schemas on both (a few column types, keys, defaults);
 3. times, ``--rounds`` (5) times on each, what a seed runs on a new connection of its own
-   (:class:`binlogd.daemon.schemaqueries.ServerSchema`: the binlog position, the databases and tables, every
+   (:class:`binlogd.daemon.replication.schemaqueries.ServerSchema`: the binlog position, the databases and tables, every
    table's definition, the position again, the DDL since the seed's position), step by step, the two servers
    in turn, and prints each step's median and best and the ratio MySQL / MariaDB of the median totals as JSON.
    ``definitions by SHOW CREATE TABLE`` (not in ``total``): ``SHOW CREATE TABLE`` of each table, what
@@ -47,8 +47,8 @@ def _load(srv, tables: int) -> None:
 
 async def _seed_once(srv) -> dict[str, float]:
     """One seed's queries on a new connection, each step's seconds (``connect`` included in ``position``)."""
-    from binlogd.daemon import _aiomysql
-    from binlogd.daemon.schemaqueries import ServerSchema
+    from binlogd.daemon.replication import _aiomysql
+    from binlogd.daemon.replication.schemaqueries import ServerSchema
 
     async def connect():
         return await _aiomysql.connect(host=srv.host, port=srv.port, user=srv.user, password=srv.password,

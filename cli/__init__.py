@@ -144,7 +144,7 @@ def cmd_dump(args) -> int:
 
 def cmd_run(args) -> int:
     from binlogd.daemon.config import ConfigError, load_config
-    from binlogd.daemon.logs import setup_logging
+    from binlogd.daemon.operations.logs import setup_logging
     from binlogd.daemon.service import EXIT_CONFIG, Daemon
 
     overrides = {}

@@ -20,7 +20,7 @@ import tempfile
 import threading
 
 from binlogd.daemon.config import load_config
-from binlogd.daemon.logs import setup_logging
+from binlogd.daemon.operations.logs import setup_logging
 from binlogd.daemon.service import Daemon
 from binlogd.daemon.sinks.stdout import StdoutSink
 

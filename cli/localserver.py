@@ -45,12 +45,12 @@ from binlogd.cli.servertemplate import (
     REPL_PASSWORD,
     REPL_USER,
     STOP_TIMEOUT,
-    _base_args,
-    _ensure_template,
-    _run_sql,
-    _short_socket_path,
-    _tail,
+    base_args,
+    ensure_template,
     flavour_args,
+    run_sql,
+    short_socket_path,
+    tail_text,
 )
 from binlogd.cli.signals import signals_held
 
@@ -138,7 +138,7 @@ class LocalServer:
         self.error_log = self.basedir / "error.log"
         self.pid_file = self.basedir / "mysqld.pid"
         with signals_held():  # a temp dir when the path is too long: made and recorded together
-            self.socket, self._socket_dir = _short_socket_path(self.basedir / "mysqld.sock")
+            self.socket, self._socket_dir = short_socket_path(self.basedir / "mysqld.sock")
         self._bins = binaries
         self.startup_seconds: float | None = None
 
@@ -198,7 +198,7 @@ class LocalServer:
 
     def server_args(self) -> list[str]:
         bins = self.binaries
-        args = _base_args(bins, self.datadir, self.basedir)
+        args = base_args(bins, self.datadir, self.basedir)
         args += [
             f"--port={self.port}",
             f"--socket={self.socket}",
@@ -233,7 +233,7 @@ class LocalServer:
         (self.basedir / "tmp").mkdir(parents=True, exist_ok=True)
         self.binlog_dir.mkdir(parents=True, exist_ok=True)
         if not self.datadir.exists():
-            template = _ensure_template(bins, self._init_args())
+            template = ensure_template(bins, self._init_args())
             shutil.copytree(template, self.datadir, symlinks=True,
                             ignore=shutil.ignore_patterns(".complete", "auto.cnf"))  # MySQL: a UUID of its own
         for attempt in range(3):
@@ -243,7 +243,7 @@ class LocalServer:
             except _PortInUse:
                 if self._fixed_port or attempt == 2:
                     raise ServerSetupError(
-                        f"port {self.port} is in use; server log:\n{_tail(self.error_log)}"
+                        f"port {self.port} is in use; server log:\n{tail_text(self.error_log)}"
                     ) from None
                 self.port = free_port()
         self.startup_seconds = time.monotonic() - t0
@@ -262,7 +262,7 @@ class LocalServer:
                 rc = self._proc.returncode
                 forget(self._proc)
                 self._proc = None
-                tail = _tail(self.error_log)
+                tail = tail_text(self.error_log)
                 new = (self.error_log.read_bytes()[log_offset:].decode(errors="replace")
                        if self.error_log.exists() else "")
                 if not self._fixed_port and ("Address already in use" in new or "Bind on TCP/IP port" in new):
@@ -281,7 +281,7 @@ class LocalServer:
                 raise ServerSetupError(
                     f"{self.flavor} server on port {self.port} not ready after {timeout:.0f}s "
                     f"(last error: {last_error})\ncommand: {' '.join(cmd)}\n"
-                    f"--- tail of {self.error_log} ---\n{_tail(self.error_log)}"
+                    f"--- tail of {self.error_log} ---\n{tail_text(self.error_log)}"
                 )
             time.sleep(0.05)
 
@@ -350,7 +350,7 @@ class LocalServer:
 
         Through PyMySQL when importable (typed values), else the mariadb CLI (strings, None for NULL).
         """
-        return _run_sql(self.binaries, statement, host=self.host, port=self.port,
+        return run_sql(self.binaries, statement, host=self.host, port=self.port,
                         user=self.user, password=self.password, database=database,
                         timeout=timeout)
 

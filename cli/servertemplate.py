@@ -72,7 +72,7 @@ def flavour_args(bins: ServerBinaries) -> list[str]:
     return ["--log-replica-updates", "--skip-replica-start", "--gtid-mode=ON", "--enforce-gtid-consistency=ON"]
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def tail_text(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:
@@ -80,7 +80,7 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _run_sql(
+def run_sql(
     bins: ServerBinaries,
     statement: str,
     *,
@@ -137,7 +137,7 @@ def _run_sql(
 # --------------------------------------------------------------------------- template
 
 
-def _short_socket_path(preferred: Path) -> tuple[Path, Path | None]:
+def short_socket_path(preferred: Path) -> tuple[Path, Path | None]:
     """Unix socket paths are limited to ~107 bytes; fall back to a short temp dir."""
     if len(os.fsencode(preferred)) < 100:
         return preferred, None
@@ -157,7 +157,7 @@ def _common_options(bins: ServerBinaries, basedir: Path) -> list[str]:
     return args
 
 
-def _base_args(bins: ServerBinaries, datadir: Path, basedir: Path) -> list[str]:
+def base_args(bins: ServerBinaries, datadir: Path, basedir: Path) -> list[str]:
     # --no-defaults first: never read /etc/mysql/my.cnf, we are not the system server
     return [*bins.command(bins.server), "--no-defaults", *bins.server_args, f"--datadir={datadir}",
             *_common_options(bins, basedir)]
@@ -172,7 +172,7 @@ def _template_dir(bins: ServerBinaries, init_args: Sequence[str]) -> Path:
     return root / f"template-{bins.flavor}-{bins.version}-{key}"
 
 
-def _ensure_template(bins: ServerBinaries, init_args: Sequence[str]) -> Path:
+def ensure_template(bins: ServerBinaries, init_args: Sequence[str]) -> Path:
     """An initialised datadir with our users and no binary logs, built once and then copied."""
     target = _template_dir(bins, init_args)
     if (target / ".complete").exists():
@@ -198,7 +198,7 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
     datadir = build / "data"
     (build / "tmp").mkdir()
     log = build / "init.log"
-    base = _base_args(bins, datadir, build)
+    base = base_args(bins, datadir, build)
     if bins.flavor == "mariadb":
         if bins.install_db is None:
             raise ServerSetupError("mariadb-install-db not found (install mariadb-server)")
@@ -219,10 +219,10 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=300)
     if proc.returncode != 0:
         raise ServerSetupError(
-            f"initialising the datadir failed ({proc.returncode}): {' '.join(cmd)}\n{_tail(log)}"
+            f"initialising the datadir failed ({proc.returncode}): {' '.join(cmd)}\n{tail_text(log)}"
         )
     # Start once without networking or binary log to create the users, then shut down cleanly.
-    sock, sockdir = _short_socket_path(build / "init.sock")
+    sock, sockdir = short_socket_path(build / "init.sock")
     err = build / "init-error.log"
     cmd = [*base, *init_args, "--skip-networking", f"--socket={sock}", "--skip-log-bin",
            f"--pid-file={build / 'init.pid'}", f"--log-error={err}"]
@@ -232,21 +232,21 @@ def _build_template(bins: ServerBinaries, build: Path, init_args: Sequence[str])
         while True:
             if proc.poll() is not None:
                 raise ServerSetupError(
-                    f"template server exited with {proc.returncode}: {' '.join(cmd)}\n{_tail(err)}"
+                    f"template server exited with {proc.returncode}: {' '.join(cmd)}\n{tail_text(err)}"
                 )
             if sock.exists():
                 try:
-                    _run_sql(bins, "SELECT 1", unix_socket=sock, timeout=10)
+                    run_sql(bins, "SELECT 1", unix_socket=sock, timeout=10)
                     break
                 except Exception:
                     pass
             if time.monotonic() > deadline:
-                raise ServerSetupError(f"template server not ready in {READY_TIMEOUT}s\n{_tail(err)}")
+                raise ServerSetupError(f"template server not ready in {READY_TIMEOUT}s\n{tail_text(err)}")
             time.sleep(0.05)
         for stmt in _SETUP_SQL:
             if bins.flavor == "mysql" and "global_priv" in stmt:
                 stmt = stmt.replace("mysql.global_priv", "mysql.user")
-            _run_sql(bins, stmt, unix_socket=sock)
+            run_sql(bins, stmt, unix_socket=sock)
         proc.send_signal(signal.SIGTERM)
         proc.wait(STOP_TIMEOUT)
     finally:

@@ -22,12 +22,20 @@ from datetime import datetime, timezone
 from fnmatch import fnmatchcase
 from typing import ClassVar
 
+from binlogd.daemon.configbase import (
+    ConfigError,
+    Secret,
+    Section,
+    error_reason,
+    expected_text,
+    setting,
+    shown_value,
+    type_kind,
+)
+from binlogd.daemon.sinkconfig import SinkConfig
 from binlogd.protocol.constants import EventType
 from binlogd.protocol.gtid import GtidSyntaxError, MariadbGtidList, MysqlGtidSet
 from binlogd.protocol.records import record
-
-from .configbase import ConfigError, Secret, _expect, _f, _kind, _Section, _shown, _why
-from .sinkconfig import SinkConfig
 
 
 @record
@@ -108,13 +116,13 @@ def parse_endpoint(text: str) -> tuple[str, int]:
 
 
 @record
-class TlsConfig(_Section):
+class TlsConfig(Section):
     """``[source.tls]``. Fields: mode (preferred, required, verify_ca, verify_identity, disabled; see
     :meth:`ssl_context`); ca_file (PEM CAs for the verify modes, None: the system's); cert_file, key_file
     (PEM client certificate and key; key_file needs cert_file). Files must be readable."""
 
     SECTION: ClassVar[str] = "source.tls"
-    mode: str = _f("preferred", choices=("preferred", "required", "verify_ca", "verify_identity", "disabled"))
+    mode: str = setting("preferred", choices=("preferred", "required", "verify_ca", "verify_identity", "disabled"))
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
@@ -143,7 +151,7 @@ class TlsConfig(_Section):
                 else:
                     ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
             except (OSError, ssl.SSLError) as e:
-                raise ConfigError("source.tls.ca_file", f"cannot load CA file {self.ca_file!r}: {_why(e)}")
+                raise ConfigError("source.tls.ca_file", f"cannot load CA file {self.ca_file!r}: {error_reason(e)}")
         else:
             ctx.verify_mode = ssl.CERT_NONE
         if self.cert_file:
@@ -151,12 +159,12 @@ class TlsConfig(_Section):
                 ctx.load_cert_chain(self.cert_file, self.key_file)
             except (OSError, ssl.SSLError) as e:
                 raise ConfigError("source.tls.cert_file",
-                                  f"cannot load certificate/key {self.cert_file!r}: {_why(e)}")
+                                  f"cannot load certificate/key {self.cert_file!r}: {error_reason(e)}")
         return ctx
 
 
 @record
-class SourceConfig(_Section):
+class SourceConfig(Section):
     """``[source]``. Fields: host, port (one server), or hosts (several, ``"db1:3306"``, in order of
     preference: failover by GTID, see :attr:`endpoints`); user; password (Secret); password_file (read by
     load_config); server_id (1..2**32-1, unique among replicas); start (see :func:`parse_start`,
@@ -164,17 +172,17 @@ class SourceConfig(_Section):
     (how long to look for a usable server before exit 9); tls (:class:`TlsConfig`)."""
 
     SECTION: ClassVar[str] = "source"
-    host: str = _f("127.0.0.1", nonempty=True)
-    port: int = _f(3306, lo=1, hi=65535)
-    user: str = _f("repl", nonempty=True)
-    password: Secret = _f(factory=Secret)
+    host: str = setting("127.0.0.1", nonempty=True)
+    port: int = setting(3306, lo=1, hi=65535)
+    user: str = setting("repl", nonempty=True)
+    password: Secret = setting(factory=Secret)
     password_file: str | None = None
-    server_id: int = _f(4201, lo=1, hi=2**32 - 1)
+    server_id: int = setting(4201, lo=1, hi=2**32 - 1)
     start: str = "current"
-    heartbeat_seconds: float = _f(5.0, lo=0.0, hi=4294967.0, lo_open=True)
-    connect_timeout: float = _f(10.0, lo=0.0, hi=86400.0, lo_open=True)
+    heartbeat_seconds: float = setting(5.0, lo=0.0, hi=4294967.0, lo_open=True)
+    connect_timeout: float = setting(10.0, lo=0.0, hi=86400.0, lo_open=True)
     hosts: tuple[str, ...] = ()
-    failover_timeout_seconds: float = _f(60.0, lo=0.0, hi=86400.0, lo_open=True)
+    failover_timeout_seconds: float = setting(60.0, lo=0.0, hi=86400.0, lo_open=True)
     tls: TlsConfig = field(default_factory=TlsConfig)
 
     def _check(self) -> None:
@@ -202,17 +210,17 @@ class SourceConfig(_Section):
 
 
 @record
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     """``[checkpoint]``. Fields: path (the checkpoint JSON file); lock (hold an exclusive lock on
     ``<path>.lock`` so two daemons cannot share one checkpoint)."""
 
     SECTION: ClassVar[str] = "checkpoint"
-    path: str = _f("/var/lib/binlogd/checkpoint.json", nonempty=True)
+    path: str = setting("/var/lib/binlogd/checkpoint.json", nonempty=True)
     lock: bool = True
 
 
 @record
-class FilterConfig(_Section):
+class FilterConfig(Section):
     """``[filters]``, fnmatch patterns, case-sensitive. Fields: include/exclude_schemas; include/exclude_tables
     (``schema.table``); event_types (names as ``protocol.constants.event_name`` gives, case-insensitive).
     Excludes win; an empty include list means everything; both include lists must pass."""
@@ -254,19 +262,19 @@ class FilterConfig(_Section):
 
 
 @record
-class SchemaConfig(_Section):
+class SchemaConfig(Section):
     """``[schema]``. Fields: source — where column names come from when TABLE_MAP lacks them: ``auto``
     (TABLE_MAP metadata when present, else the schema history, seeded and repaired from the server),
     ``information_schema`` (the same), ``none`` (positional, no history); history_path — the schema
     history file (``""``: ``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint; one source's, locked)."""
 
     SECTION: ClassVar[str] = "schema"
-    source: str = _f("auto", choices=("auto", "information_schema", "none"))
+    source: str = setting("auto", choices=("auto", "information_schema", "none"))
     history_path: str = ""
 
 
 @record
-class SnapshotConfig(_Section):
+class SnapshotConfig(Section):
     """``[snapshot]`` (README "Snapshots"). Fields: mode (``never``; ``initial``: on a start with no checkpoint,
     read the tables ``[filters]`` selects, then stream from the position they are consistent with);
     chunk_rows (rows per chunk, each committed like a transaction); readers (connections that read one
@@ -274,9 +282,9 @@ class SnapshotConfig(_Section):
     table for incremental snapshots, ``""``: none)."""
 
     SECTION: ClassVar[str] = "snapshot"
-    mode: str = _f("never", choices=("never", "initial"))
-    chunk_rows: int = _f(10000, lo=1, hi=10**7)
-    readers: int = _f(4, lo=1, hi=16)
+    mode: str = setting("never", choices=("never", "initial"))
+    chunk_rows: int = setting(10000, lo=1, hi=10**7)
+    readers: int = setting(4, lo=1, hi=16)
     signal_table: str = ""
 
     def _check(self) -> None:
@@ -286,7 +294,7 @@ class SnapshotConfig(_Section):
 
 
 @record
-class MetricsConfig(_Section):
+class MetricsConfig(Section):
     """``[metrics]``. Fields: listen (``host:port`` for /metrics, /healthz, /readyz; ``""`` disables;
     IPv6 as ``[::1]:9108``); table_labels (label row counters by schema/table; high cardinality)."""
 
@@ -310,15 +318,15 @@ class MetricsConfig(_Section):
 
 
 @record
-class ReconnectConfig(_Section):
+class ReconnectConfig(Section):
     """``[reconnect]``: exponential backoff. Fields: initial_seconds (first delay), max_seconds (cap,
     >= initial_seconds), jitter (0..1, the fraction of each delay randomised), max_attempts (0: forever)."""
 
     SECTION: ClassVar[str] = "reconnect"
-    initial_seconds: float = _f(0.5, lo=0.0, lo_open=True)
-    max_seconds: float = _f(30.0, lo=0.0, lo_open=True)
-    jitter: float = _f(0.2, lo=0.0, hi=1.0)
-    max_attempts: int = _f(0, lo=0)
+    initial_seconds: float = setting(0.5, lo=0.0, lo_open=True)
+    max_seconds: float = setting(30.0, lo=0.0, lo_open=True)
+    jitter: float = setting(0.2, lo=0.0, hi=1.0)
+    max_attempts: int = setting(0, lo=0)
 
     def _check(self) -> None:
         if self.max_seconds < self.initial_seconds:
@@ -328,24 +336,24 @@ class ReconnectConfig(_Section):
 
 
 @record
-class LogConfig(_Section):
+class LogConfig(Section):
     """``[log]``: stderr logging. Fields: format (``plain`` or ``json``), level (debug … critical)."""
 
     SECTION: ClassVar[str] = "log"
-    format: str = _f("plain", choices=("plain", "json"))
-    level: str = _f("info", choices=("debug", "info", "warning", "error", "critical"))
+    format: str = setting("plain", choices=("plain", "json"))
+    level: str = setting("info", choices=("debug", "info", "warning", "error", "critical"))
 
 
 @record
-class DaemonConfig(_Section):
+class DaemonConfig(Section):
     """``[daemon]``. Fields: unknown_events (``error`` stops on an event type the decoder does not know,
     ``skip`` passes it by); shutdown_seconds (time allowed to commit and checkpoint on SIGTERM);
     queue_events (events buffered between the reader and the sink)."""
 
     SECTION: ClassVar[str] = "daemon"
-    unknown_events: str = _f("error", choices=("error", "skip"))
-    shutdown_seconds: float = _f(10.0, lo=0.0, lo_open=True)
-    queue_events: int = _f(10000, lo=1, hi=10**9)
+    unknown_events: str = setting("error", choices=("error", "skip"))
+    shutdown_seconds: float = setting(10.0, lo=0.0, lo_open=True)
+    queue_events: int = setting(10000, lo=1, hi=10**9)
 
 
 @record
@@ -379,7 +387,7 @@ def _leaves(cls, prefix: str = "") -> dict[str, tuple[str, Mapping]]:
     out: dict[str, tuple[str, Mapping]] = {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        key, kind = prefix + f.name, _kind(hints[f.name])
+        key, kind = prefix + f.name, type_kind(hints[f.name])
         out[key] = (kind, f.metadata)
         if kind == "section":
             _SECTIONS[key] = hints[f.name]
@@ -411,7 +419,7 @@ def _unknown(key: str, origin: str) -> ConfigError:
 def _from_text(key: str, text: str, origin: str):
     """Convert env/CLI text to the field's Python type; raise ConfigError on text that is not one."""
     kind, meta = _KEYS[key]
-    bad = ConfigError(key, f"must be {_expect(kind, meta)}, got {_shown(kind, text)}", origin)
+    bad = ConfigError(key, f"must be {expected_text(kind, meta)}, got {shown_value(kind, text)}", origin)
     s = text.strip()
     try:
         if kind in ("int", "float"):
@@ -433,7 +441,7 @@ def _read_toml(path: str, values: dict) -> None:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except OSError as e:
-        raise ConfigError("", f"cannot read config file {path!r}: {_why(e)}")
+        raise ConfigError("", f"cannot read config file {path!r}: {error_reason(e)}")
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("", f"{path}: invalid TOML: {e}")
 
@@ -444,7 +452,7 @@ def _read_toml(path: str, values: dict) -> None:
                 raise _unknown(key, path)
             kind, meta = _KEYS[key]
             if (kind == "section") != isinstance(value, dict):
-                raise ConfigError(key, f"must be {_expect(kind, meta)}, got {_shown(kind, value)}", path)
+                raise ConfigError(key, f"must be {expected_text(kind, meta)}, got {shown_value(kind, value)}", path)
             if kind == "section":
                 walk(value, key + ".")
             else:
@@ -498,7 +506,7 @@ def load_config(path: str | None = None, env: Mapping[str, str] = os.environ,
                 secret = fh.read()
         except (OSError, UnicodeDecodeError) as e:
             origin = values.get("source.password_file", (None, None))[1]
-            raise ConfigError("source.password_file", f"cannot read {src.password_file!r}: {_why(e)}", origin)
+            raise ConfigError("source.password_file", f"cannot read {src.password_file!r}: {error_reason(e)}", origin)
         secret = secret[:-2] if secret.endswith("\r\n") else secret[:-1] if secret.endswith("\n") else secret
         cfg = dataclasses.replace(cfg, source=dataclasses.replace(src, password=Secret(secret)))
     try:

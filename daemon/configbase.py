@@ -1,6 +1,6 @@
 """The config dataclasses' machinery: validated fields, the one-line ConfigError, the Secret password type.
 
-A section is a frozen dataclass deriving from :class:`_Section` whose fields are declared with :func:`_f`
+A section is a frozen dataclass deriving from :class:`Section` whose fields are declared with :func:`setting`
 (numeric range, allowed strings, non-empty); construction checks and normalises every field
 (:func:`_validate`: ints accepted for floats, lists made tuples, ``""`` made None for optional strings,
 choices lowercased) and then runs the section's ``_check`` for cross-field rules.
@@ -58,7 +58,7 @@ class Secret:
     __reduce__ = lambda self: (Secret, (self._value,))
 
 
-def _f(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, lo=None, hi=None, lo_open=False,
+def setting(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, lo=None, hi=None, lo_open=False,
        choices=None, nonempty=False):
     """A dataclass field with validation metadata (numeric range, allowed strings, non-empty)."""
     meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "choices": choices, "nonempty": nonempty}
@@ -67,7 +67,7 @@ def _f(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, lo=None, hi=
     return field(default=default, metadata=meta)
 
 
-def _kind(tp) -> str:
+def type_kind(tp) -> str:
     """Map a resolved field type to one of: int float bool str optstr strs secret section."""
     if dataclasses.is_dataclass(tp):
         return "section"
@@ -83,7 +83,7 @@ def _kind(tp) -> str:
     raise TypeError(f"unsupported config field type {tp!r}")
 
 
-def _expect(kind: str, meta: Mapping) -> str:
+def expected_text(kind: str, meta: Mapping) -> str:
     """Describe what a field accepts, for error messages: ``an integer 1-65535``, ``one of 'a', 'b'``."""
     lo, hi, choices = meta.get("lo"), meta.get("hi"), meta.get("choices")
     if choices:
@@ -98,7 +98,7 @@ def _expect(kind: str, meta: Mapping) -> str:
         kind, "a non-empty string" if meta.get("nonempty") else "a string")
 
 
-def _shown(kind: str, value) -> str:
+def shown_value(kind: str, value) -> str:
     """The value as shown in an error message (never the value of a secret)."""
     return f"a value of type {type(value).__name__}" if kind == "secret" else repr(value)
 
@@ -107,9 +107,9 @@ def _validate(obj) -> None:
     """Check and normalise every field of a config dataclass; raise ConfigError naming the first bad key."""
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
-        kind, meta, value = _kind(hints[f.name]), f.metadata, getattr(obj, f.name)
+        kind, meta, value = type_kind(hints[f.name]), f.metadata, getattr(obj, f.name)
         key = f"{obj.SECTION}.{f.name}"
-        bad = ConfigError(key, f"must be {_expect(kind, meta)}, got {_shown(kind, value)}")
+        bad = ConfigError(key, f"must be {expected_text(kind, meta)}, got {shown_value(kind, value)}")
         if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         elif kind == "strs" and isinstance(value, list):
@@ -143,7 +143,7 @@ def _type_ok(kind: str, v, tp) -> bool:
     return isinstance(v, {"bool": bool, "str": str, "secret": Secret}.get(kind, tp))
 
 
-class _Section:
+class Section:
     """Base of the section dataclasses: validates fields on construction, then runs ``_check``."""
 
     SECTION: ClassVar[str] = ""
@@ -156,6 +156,6 @@ class _Section:
         """Cross-field checks; raise ConfigError."""
 
 
-def _why(e: BaseException) -> str:
+def error_reason(e: BaseException) -> str:
     return getattr(e, "strerror", None) or getattr(e, "reason", None) or type(e).__name__
 

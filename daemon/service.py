@@ -5,11 +5,12 @@ and serves the metrics, then runs sessions in a background task until :meth:`Dae
 ``async with Daemon(config):``). It installs no signal handlers: ``binlogd run`` (the CLI layer) does.
 
 Each session is one path of steps (:meth:`Daemon._session`): pick the server (a
-:class:`~binlogd.daemon.failover.OneHost`, or a :class:`~binlogd.daemon.failover.Failover` over several
-``source.hosts``), open the :mod:`~binlogd.daemon.session`, choose the resume state, reopen the sink at its
+:class:`~binlogd.daemon.replication.failover.OneHost`, or a
+:class:`~binlogd.daemon.replication.failover.Failover` over several
+``source.hosts``), open the :mod:`~binlogd.daemon.replication.session`, choose the resume state, reopen the sink at its
 committed state, attach the schema history, dump, and stream: a reader task queues the events, and the
-:mod:`~binlogd.daemon.consumer` decodes them, writes the sink and commits through the
-:mod:`~binlogd.daemon.committer` (sink durable first, then the checkpoint). After any error the loop starts
+:mod:`~binlogd.daemon.delivery.consumer` decodes them, writes the sink and commits through the
+:mod:`~binlogd.daemon.delivery.committer` (sink durable first, then the checkpoint). After any error the loop starts
 a new session from the last durable commit, with capped exponential backoff and jitter, so a transaction
 that was partly written is written again exactly once. Fatal errors end it with an exit code (see README,
 "Exit codes").
@@ -27,24 +28,24 @@ import logging
 import random
 import time
 
-from binlogd.daemon.connection import ServerInfo, SourceError, admin_connection
-from binlogd.daemon.schemaqueries import ServerSchema
-from binlogd.daemon.serverschema import DaemonSchema, history_path
+from binlogd.daemon.delivery.checkpoint import CheckpointStore
+from binlogd.daemon.delivery.committer import Committer
+from binlogd.daemon.delivery.consumer import Consumer
+from binlogd.daemon.delivery.resumerule import adopt, check_source
+from binlogd.daemon.operations import systemd
+from binlogd.daemon.operations.http import MetricsServer
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.replication.connection import ServerInfo, SourceError, admin_connection
+from binlogd.daemon.replication.failover import Failover, OneHost, hosts_for
+from binlogd.daemon.replication.schemaqueries import ServerSchema
+from binlogd.daemon.replication.serverschema import DaemonSchema, history_path
+from binlogd.daemon.replication.session import Session
+from binlogd.daemon.sinks import SinkError, make_sink
+from binlogd.daemon.state import CheckpointError, ResumeState
+from binlogd.daemon.tasks import close_tasks
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import BinlogError, ChecksumError, EventDecodeError, ProtocolError, UnknownEventError
 from binlogd.protocol.position import PositionTracker
-
-from . import systemd
-from .checkpoint import CheckpointError, CheckpointStore, ResumeState
-from .committer import Committer
-from .consumer import Consumer
-from .failover import Failover, OneHost, hosts_for
-from .http import MetricsServer
-from .metrics import Metrics
-from .resumerule import adopt, check_source
-from .session import Session
-from .sinks import SinkError, make_sink
-from .tasks import close_tasks
 
 EXIT_OK, EXIT_INTERNAL, EXIT_CONFIG, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4
 EXIT_BINLOG_MISSING, EXIT_MISCONFIGURED, EXIT_DATA, EXIT_CHECKPOINT, EXIT_DIVERGED = 5, 6, 7, 8, 9
@@ -364,9 +365,9 @@ class Daemon:
         """[snapshot]: the tables first, when one is due (:func:`snapshot.run` decides); where to stream from."""
         if self.cfg.snapshot.mode == "never" and resume.snapshot is None:
             return resume
-        from . import snapshot  # its modules only where snapshots are configured
+        from binlogd.daemon.snapshot import initial  # its modules only where snapshots are configured
 
-        return await snapshot.run(self, info, endpoint, resume)
+        return await initial.run(self, info, endpoint, resume)
 
     async def _reopen_sink(self) -> None:
         """Back to the last durable commit: discard what the last session wrote after it; a sink that commits
@@ -416,7 +417,7 @@ class Daemon:
                                  self.schema, self._ending)
         if self.cfg.snapshot.signal_table or resume.incremental:  # incremental snapshots (signals, or no lock)
             if self.sink.wants_rows:
-                from .incremental import Incremental
+                from binlogd.daemon.snapshot.incremental import Incremental
 
                 self.consumer.incremental = Incremental(self, info, resume.incremental)
             elif self.sessions == 0:

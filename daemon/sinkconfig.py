@@ -6,13 +6,12 @@ import re
 from dataclasses import field
 from typing import ClassVar
 
+from binlogd.daemon.configbase import ConfigError, Section, setting
 from binlogd.protocol.records import record
-
-from .configbase import ConfigError, _f, _Section
 
 
 @record
-class UploadConfig(_Section):
+class UploadConfig(Section):
     """``[sink.upload]``, the archive's uploads of closed files (README, "Object storage"). Fields: url (``s3://bucket/
     prefix``, any :mod:`binlogd.library.storage` URI; unset: no uploads); endpoint, region, path_style (how to reach the
     store; endpoint defaults to AWS_ENDPOINT_URL); delete_after_upload (remove the local file once its upload is
@@ -24,8 +23,8 @@ class UploadConfig(_Section):
     region: str | None = None
     path_style: bool = False
     delete_after_upload: bool = False
-    part_size_mb: int = _f(64, lo=5, hi=5120)
-    retry_seconds: float = _f(5.0, lo=0.0, lo_open=True)
+    part_size_mb: int = setting(64, lo=5, hi=5120)
+    retry_seconds: float = setting(5.0, lo=0.0, lo_open=True)
 
     def _check(self) -> None:
         from binlogd.library.storage import REMOTE_SCHEMES, scheme
@@ -36,28 +35,28 @@ class UploadConfig(_Section):
 
 
 @record
-class RedisSinkConfig(_Section):
+class RedisSinkConfig(Section):
     """``[sink.redis]`` (README, "Message buses"). Fields: url (``redis://[:password@]host:port/db``); stream
     (stream name template, ``{schema}`` and ``{table}`` filled in); checkpoint_key (the key holding the checkpoint,
     written in the same MULTI/EXEC as the entries); max_change_bytes (a bigger change stops the daemon, exit 7)."""
 
     SECTION: ClassVar[str] = "sink.redis"
     url: str = "redis://127.0.0.1:6379/0"
-    stream: str = _f("binlogd:{schema}.{table}", nonempty=True)
-    checkpoint_key: str = _f("binlogd:checkpoint:binlogd", nonempty=True)
-    max_change_bytes: int = _f(512 << 20, lo=1, hi=512 << 20)
+    stream: str = setting("binlogd:{schema}.{table}", nonempty=True)
+    checkpoint_key: str = setting("binlogd:checkpoint:binlogd", nonempty=True)
+    max_change_bytes: int = setting(512 << 20, lo=1, hi=512 << 20)
 
 
 @record
-class NatsSinkConfig(_Section):
+class NatsSinkConfig(Section):
     """``[sink.nats]`` (README, "Message buses"). Fields: url (``nats://[user:password@]host:port``); stream (the
     JetStream stream, created with file storage when missing); subject (template, ``{schema}``/``{table}`` filled
     in; the stream's subjects are its literal prefix + ``>``)."""
 
     SECTION: ClassVar[str] = "sink.nats"
     url: str = "nats://127.0.0.1:4222"
-    stream: str = _f("BINLOGD", nonempty=True)
-    subject: str = _f("binlogd.{schema}.{table}", nonempty=True)
+    stream: str = setting("BINLOGD", nonempty=True)
+    subject: str = setting("binlogd.{schema}.{table}", nonempty=True)
 
     def _check(self) -> None:
         prefix = self.subject.split("{", 1)[0]
@@ -67,15 +66,15 @@ class NatsSinkConfig(_Section):
 
 
 @record
-class PostgresSinkConfig(_Section):
+class PostgresSinkConfig(Section):
     """``[sink.postgres]`` (README, "Message buses"). Fields: url (``postgresql://user[:password]@host:port/db``);
     table (created when missing, with ``<table>_checkpoint`` beside it; ``schema.table`` allowed);
     max_change_bytes (a bigger change stops the daemon, exit 7)."""
 
     SECTION: ClassVar[str] = "sink.postgres"
     url: str = "postgresql://binlogd@127.0.0.1:5432/binlogd"
-    table: str = _f("binlogd_changes", nonempty=True)
-    max_change_bytes: int = _f(255 << 20, lo=1, hi=255 << 20)
+    table: str = setting("binlogd_changes", nonempty=True)
+    max_change_bytes: int = setting(255 << 20, lo=1, hi=255 << 20)
 
     def _check(self) -> None:
         if not re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]{0,48}", self.table):
@@ -84,7 +83,7 @@ class PostgresSinkConfig(_Section):
 
 
 @record
-class SinkConfig(_Section):
+class SinkConfig(Section):
     """``[sink]``. Fields: kind (jsonl, archive, stdout); path (output directory for jsonl/archive);
     max_file_bytes, max_file_seconds (rotate jsonl files; 0: no limit); fsync (before the checkpoint moves);
     format (change events as ``binlogd`` writes them or in Debezium's envelope, ``debezium``; not for archive);
@@ -92,13 +91,13 @@ class SinkConfig(_Section):
     redis, nats, postgres (the bus sinks' subsections)."""
 
     SECTION: ClassVar[str] = "sink"
-    kind: str = _f("jsonl", choices=("jsonl", "archive", "stdout", "redis", "nats", "postgres"))
+    kind: str = setting("jsonl", choices=("jsonl", "archive", "stdout", "redis", "nats", "postgres"))
     path: str = "/var/lib/binlogd/changes"
-    max_file_bytes: int = _f(256 * 1024 * 1024, lo=0, hi=2**63 - 1)
-    max_file_seconds: float = _f(3600.0, lo=0.0)
+    max_file_bytes: int = setting(256 * 1024 * 1024, lo=0, hi=2**63 - 1)
+    max_file_seconds: float = setting(3600.0, lo=0.0)
     fsync: bool = True
-    format: str = _f("binlogd", choices=("binlogd", "debezium"))
-    server_name: str = _f("binlogd", nonempty=True)
+    format: str = setting("binlogd", choices=("binlogd", "debezium"))
+    server_name: str = setting("binlogd", nonempty=True)
     upload: UploadConfig = field(default_factory=UploadConfig)
     redis: RedisSinkConfig = field(default_factory=RedisSinkConfig)
     nats: NatsSinkConfig = field(default_factory=NatsSinkConfig)

@@ -122,3 +122,16 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory, so that a file created or renamed in it survives a crash.
+
+    Raises:
+        OSError: the directory cannot be opened or synced.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

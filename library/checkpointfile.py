@@ -1,14 +1,14 @@
 """The daemon's checkpoint file and its JSON-lines file names, as values: pure, for every reader.
 
-The daemon writes them (:mod:`binlogd.daemon.checkpoint`, :mod:`binlogd.daemon.sinks.jsonl`); Spark
+The daemon writes them (:mod:`binlogd.daemon.delivery.checkpoint`, :mod:`binlogd.daemon.sinks.jsonl`); Spark
 reads them to leave out what the daemon has not committed. A checkpoint file is one JSON object::
 
     {"version": 1, "position": {"file", "pos", "gtid_set", "gtid_list"}, "sink": {...},
      "source": {...}, "saved_at": <unix seconds>, "snapshot"?: {...}, "incremental"?: {...}}
 
-``snapshot`` is there only while an initial snapshot runs (daemon/snapshot.py: the tables, how many are
+``snapshot`` is there only while an initial snapshot runs (daemon/snapshot/initial.py: the tables, how many are
 done, the current table's last key, the read view); a checkpoint without it has none to finish.
-``incremental`` is there only while an incremental snapshot runs (daemon/incremental.py: the tables to go,
+``incremental`` is there only while an incremental snapshot runs (daemon/snapshot/incremental.py: the tables to go,
 the current table's last key written, its rows and chunks written, when it started).
 
 The JSON-lines sink names its files ``changes-NNNNNN.jsonl`` (six digits, from 1) and its state in

@@ -23,7 +23,7 @@ EXTENSIONS = {
     "binlogd.protocol._textrows": "snapshot rows read off the wire as JSON",
     "binlogd.library._jsonrows": "the JSON row writer",
     "binlogd.library._sqlrows": "the SQL writer of binlogd sql",
-    "binlogd.daemon._frames": "the bus sinks' request framing",
+    "binlogd.daemon.sinks._frames": "the bus sinks' request framing",
 }
 
 
@@ -33,27 +33,44 @@ def missing() -> list[str]:
 
     Each is imported now (by name: protocol does not import the library layer at module level), except
     ``_jsonrows`` while orjson is not loaded yet (its import would load orjson, 10 ms of a command's
-    start-up): then only its file is looked for.
+    start-up) and one whose package is not loaded yet (``binlogd.daemon.sinks`` loads orjson too): then only
+    its file is looked for.
     """
     if not ENABLED:
         return []
     import importlib
-    import importlib.util
     import sys
 
     out = []
     for name in EXTENSIONS:
         if name in sys.modules:
             continue
+        package = name.rpartition(".")[0]
         try:
-            if name.endswith("._jsonrows") and "orjson" not in sys.modules:
-                if importlib.util.find_spec(name) is None:
+            if package not in sys.modules or (name.endswith("._jsonrows") and "orjson" not in sys.modules):
+                if not _built(package, name):
                     out.append(name)
             else:
                 importlib.import_module(name)
         except ImportError:
             out.append(name)
     return out
+
+
+def _built(package: str, name: str) -> bool:
+    """Whether the import system finds extension ``name`` in ``package`` without importing that package (only
+    its parent): each finder of ``sys.meta_path`` is asked, as an import would.
+
+    Raises:
+        ImportError: a finder refused it.
+    """
+    import importlib.util
+    import sys
+
+    spec = importlib.util.find_spec(package)
+    folders = spec.submodule_search_locations if spec is not None else None
+    return folders is not None and any(
+        finder.find_spec(name, folders) is not None for finder in sys.meta_path if hasattr(finder, "find_spec"))
 
 
 def missing_message() -> str | None:

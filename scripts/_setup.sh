@@ -25,9 +25,9 @@ _setup_stamp() {
     {
         echo "$_extras"
         # a missing file changes the hash; it is no error here
-        cat pyproject.toml constraints.txt setup.py protocol/*.c protocol/*.h library/*.c library/*.h \
+        cat pyproject.toml constraints.txt setup.py protocol/*.c protocol/*.h library/*.c library/*.h daemon/sinks/*.c \
             2>/dev/null || true
-        ls protocol/*.so library/*.so .venv/lib/python*/site-packages/__editable__*binlogd* 2>/dev/null || true
+        ls protocol/*.so library/*.so daemon/sinks/*.so .venv/lib/python*/site-packages/__editable__*binlogd* 2>/dev/null || true
     } | sha256sum | cut -d' ' -f1
 }
 

@@ -132,7 +132,7 @@ class Sink:
 
     def remote_checkpoint(self):
         """The checkpoint the sink's own store committed with the data (read by :meth:`open`), or None when
-        it keeps none (the default). The daemon resumes from it (daemon/resumerule.py)."""
+        it keeps none (the default). The daemon resumes from it (daemon/delivery/resumerule.py)."""
         return None
 
     def close(self) -> None:

@@ -33,11 +33,10 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+from binlogd.daemon.sinks.base import Sink, SinkError
 from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
 from binlogd.library.identity import boundary_key, order_key, stream_prefix
 from binlogd.protocol.events import RowsEvent
-
-from .base import Sink, SinkError
 
 PIECE_BYTES = 1 << 20     # a piece handed to the worker is about this big at most
 PENDING_BYTES = 32 << 20  # handed to the worker and not yet written: the consumer waits above this

@@ -8,7 +8,7 @@ share. Each function returns the bytes of n requests, one per line, the payload 
 - :func:`nats_hpubs`: NATS HPUBs with binlogd's headers (daemon/sinks/nats.py);
 - :func:`copy_rows`: PostgreSQL COPY text-format lines (daemon/sinks/postgres.py).
 
-They run in C (:mod:`binlogd.daemon._frames`, daemon/_frames.c) when that extension is built and
+They run in C (:mod:`binlogd.daemon.sinks._frames`, daemon/sinks/_frames.c) when that extension is built and
 ``binlogd.protocol.speedups.ENABLED``, else as the Python functions here (``py_*``), which are the reference:
 both give the same bytes (tests/unit/test_bus_frames.py). Integers are expected in the C long long range.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from binlogd.protocol import speedups
 
 try:
-    from binlogd.daemon import _frames as C
+    from binlogd.daemon.sinks import _frames as C
 except ImportError:
     C = None
 

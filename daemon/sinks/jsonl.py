@@ -16,13 +16,12 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from binlogd.daemon.sinks.base import Sink, SinkError, close_all, sync_all
+from binlogd.library.atomicfile import fsync_dir
 from binlogd.library.checkpointfile import jsonl_committed, jsonl_index, jsonl_name
 from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
 from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
-
-from ..checkpoint import fsync_dir
-from .base import Sink, SinkError, close_all, sync_all
 
 KEEP_CACHED = 64 << 20  # in a bulk load: bytes of each file kept in the page cache behind its durable end
 

@@ -21,12 +21,18 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
+from binlogd.daemon.sinks.base import SinkError
+from binlogd.daemon.sinks.bus import (
+    EXIT_AUTH,
+    EXIT_CHECKPOINT,
+    EXIT_MISCONFIGURED,
+    EXIT_UNREACHABLE,
+    WAIT_SECONDS,
+    BusSink,
+)
+from binlogd.daemon.sinks.frames import nats_hpubs
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.library.identity import order_key
-
-from .base import SinkError
-from .bus import EXIT_AUTH, EXIT_CHECKPOINT, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, WAIT_SECONDS, BusSink
-from .frames import nats_hpubs
 
 HEADER_ROOM = 512  # bytes of max_payload kept for the headers
 TAIL_DELETES = 100_000  # an initial snapshot's rows of a commit cut short, deleted at open at most

@@ -12,11 +12,17 @@ never sits in memory); a mark ends the COPY, updates the checkpoint row and comm
 
 from __future__ import annotations
 
+from binlogd.daemon.sinks.base import SinkError
+from binlogd.daemon.sinks.bus import (
+    EXIT_AUTH,
+    EXIT_CHECKPOINT,
+    EXIT_DATA,
+    EXIT_MISCONFIGURED,
+    EXIT_UNREACHABLE,
+    BusSink,
+)
+from binlogd.daemon.sinks.frames import copy_rows
 from binlogd.library.checkpointfile import Checkpoint
-
-from .base import SinkError
-from .bus import EXIT_AUTH, EXIT_CHECKPOINT, EXIT_DATA, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, BusSink
-from .frames import copy_rows
 
 COLUMNS = {"seq": "bigint", "change": "jsonb", "source_file": "text", "source_pos": "bigint",
            "source_row": "integer", "gtid": "text", "schema_name": "text", "table_name": "text", "op": "text",

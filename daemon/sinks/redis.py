@@ -42,11 +42,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from binlogd.daemon.sinks.base import SinkError
+from binlogd.daemon.sinks.bus import (
+    EXIT_AUTH,
+    EXIT_CHECKPOINT,
+    EXIT_MISCONFIGURED,
+    EXIT_UNREACHABLE,
+    WAIT_SECONDS,
+    BusSink,
+)
+from binlogd.daemon.sinks.frames import redis_xadds
 from binlogd.library.checkpointfile import Checkpoint
-
-from .base import SinkError
-from .bus import EXIT_AUTH, EXIT_CHECKPOINT, EXIT_MISCONFIGURED, EXIT_UNREACHABLE, WAIT_SECONDS, BusSink
-from .frames import redis_xadds
 
 log = logging.getLogger("binlogd")
 

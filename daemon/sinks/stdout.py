@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import sys
 
+from binlogd.daemon.sinks.base import Sink, SinkError
 from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
 from binlogd.protocol.events import RowsEvent
-
-from .base import Sink, SinkError
 
 
 class StdoutSink(Sink):

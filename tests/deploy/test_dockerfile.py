@@ -107,8 +107,8 @@ def test_entrypoint_and_healthcheck(instructions):
 
 def test_healthcheck_command_hits_healthz(instructions, tmp_path):
     """Run the HEALTHCHECK's own command against a real MetricsServer."""
-    from binlogd.daemon.http import MetricsServer
-    from binlogd.daemon.metrics import Metrics
+    from binlogd.daemon.operations.http import MetricsServer
+    from binlogd.daemon.operations.metrics import Metrics
 
     cmd = [i for i in _final(instructions) if i.cmd == "HEALTHCHECK"][0]
     argv = json.loads(cmd.args.partition("CMD")[2])

@@ -1,5 +1,5 @@
 """deploy/systemd: the unit's hardening and its watchdog/heartbeat rule, `systemd-analyze verify` and
-`security` where systemd-analyze exists, the environment file, and daemon/systemd.py (sd_notify)
+`security` where systemd-analyze exists, the environment file, and daemon/operations/systemd.py (sd_notify)
 against real unix datagram sockets."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.daemon import systemd
 from binlogd.daemon.config import load_config
+from binlogd.daemon.operations import systemd
 from tests.support.deploy import DEPLOY, parse_unit, systemd_seconds, tool, unit_value
 
 UNIT = DEPLOY / "systemd" / "binlogd.service"
@@ -153,7 +153,7 @@ def test_systemd_analyze_security_exposure(tmp_path):
     assert float(match.group(1)) <= 2.0, result.stdout
 
 
-# ------------------------------------------------------------------------- daemon/systemd.py
+# ------------------------------------------------------------------------- daemon/operations/systemd.py
 @pytest.fixture
 def dgram_path():
     """A bound unix datagram socket at a short filesystem path (sun_path is 108 bytes)."""
@@ -219,7 +219,7 @@ def test_notify_from_a_child_process(dgram_path):
     """The way systemd sees it: a separate process with NOTIFY_SOCKET in its environment."""
     sock, path = dgram_path
     env = {**os.environ, "NOTIFY_SOCKET": path}
-    code = "from binlogd.daemon.systemd import notify; raise SystemExit(0 if notify('READY=1') else 1)"
+    code = "from binlogd.daemon.operations.systemd import notify; raise SystemExit(0 if notify('READY=1') else 1)"
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=Path(__file__).resolve().parents[2],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

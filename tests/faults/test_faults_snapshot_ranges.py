@@ -86,8 +86,8 @@ def test_a_reader_refused_leaves_fewer_readers(mariadb_minimal, tmp_path, monkey
     are read by the readers there are, one warning says so, and the replay still equals the tables."""
     import pymysql
 
-    from binlogd.daemon import snapshot
     from binlogd.daemon.config import load_config
+    from binlogd.daemon.snapshot import initial as snapshot
     from tests.support.daemon import InProcessDaemon, captured_log, wait_until
 
     real, calls = snapshot.Snapshot._spare, []

@@ -260,7 +260,7 @@ async def test_tls_verify_identity_and_secrets(tmp_path):
 
         # -- exceptions raised in-process (wrong CA; wrong password over TLS) and config reprs never hold it
         from binlogd.daemon.config import load_config
-        from binlogd.daemon.connection import SourceConnection
+        from binlogd.daemon.replication.connection import SourceConnection
 
         async def attempt(**extra):
             cfg = load_config(None, env={"BINLOGD_SOURCE__PASSWORD": SECRET}, overrides=overrides(tmp_path / "x",

@@ -1,4 +1,4 @@
-"""The aiomysql seam (``binlogd.daemon._aiomysql``), checked against the installed aiomysql.
+"""The aiomysql seam (``binlogd.daemon.replication._aiomysql``), checked against the installed aiomysql.
 
 pyproject allows ``aiomysql>=0.2,<0.4``; this runs on whichever is installed (0.3.2 when written) and
 prints it. The seam's private uses are each exercised for real against the fake primary: the connection
@@ -19,7 +19,7 @@ import pytest
 from aiomysql.connection import Connection
 from pymysql.err import OperationalError
 
-from binlogd.daemon import _aiomysql
+from binlogd.daemon.replication import _aiomysql
 from binlogd.protocol.packet import encode_packet
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import F57, binlog

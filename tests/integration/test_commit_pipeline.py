@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from binlogd.daemon import consumer
+from binlogd.daemon.delivery import consumer
 from binlogd.daemon.sinks import SinkError
 from tests.support.fakeprimary import FakePrimary
 from tests.support.fakeprimary_daemon import (

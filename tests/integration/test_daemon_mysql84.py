@@ -27,7 +27,7 @@ from collections import Counter
 import pytest
 
 from binlogd.daemon.config import load_config
-from binlogd.daemon.connection import SourceConnection
+from binlogd.daemon.replication.connection import SourceConnection
 from binlogd.daemon.service import EXIT_OK
 from binlogd.protocol.gtid import MysqlGtidSet
 from tests.support.daemon import (

@@ -17,7 +17,7 @@ import pytest
 
 from binlogd.cli.localserver import free_port
 from binlogd.daemon.config import load_config
-from binlogd.daemon.failover import DIVERGED, PURGED, REFUSED, UNREACHABLE, USABLE, judge, probe
+from binlogd.daemon.replication.failover import DIVERGED, PURGED, REFUSED, UNREACHABLE, USABLE, judge, probe
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import Position
 from tests.support.fakeprimary import FakePrimary

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.daemon.checkpoint import CheckpointStore
-from binlogd.daemon.consumer import Consumer
+from binlogd.daemon.delivery.checkpoint import CheckpointStore
+from binlogd.daemon.delivery.consumer import Consumer
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol import decoder as D
 from binlogd.protocol import events as E

@@ -1,7 +1,7 @@
 """The daemon's own queries on each real server: server warnings stay data, and a seed's definitions.
 
 - A statement the server warns about (a truncated CAST) gives no Python warning through
-  :mod:`binlogd.daemon._aiomysql`, while aiomysql's own cursor turns it into one: a daemon run in this process
+  :mod:`binlogd.daemon.replication._aiomysql`, while aiomysql's own cursor turns it into one: a daemon run in this process
   raises none either. ``binlog_format`` is read as the server's version allows, without a warning.
 - :meth:`ServerSchema.definitions` (a seed's tables at once; from information_schema on MySQL 8.0+) gives what
   ``SHOW CREATE TABLE`` of each table gives, for every column type, MySQL's VECTOR, generated and invisible
@@ -16,10 +16,10 @@ import warnings
 import aiomysql
 import pytest
 
-from binlogd.daemon import _aiomysql
 from binlogd.daemon.config import load_config
-from binlogd.daemon.connection import binlog_format_read
-from binlogd.daemon.schemaqueries import ServerSchema
+from binlogd.daemon.replication import _aiomysql
+from binlogd.daemon.replication.connection import binlog_format_read
+from binlogd.daemon.replication.schemaqueries import ServerSchema
 from tests.support import every_type
 from tests.support.daemon import InProcessDaemon, base_overrides, captured_log
 

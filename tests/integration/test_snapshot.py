@@ -201,9 +201,9 @@ def test_wire_reader_equals_pymysql_reader(mariadb_minimal):
 
     import orjson
 
-    from binlogd.daemon import _aiomysql
-    from binlogd.daemon.snapshotrows import describe, raw_connection, read_chunk
-    from binlogd.daemon.snapshotwire import ChunkReader
+    from binlogd.daemon.replication import _aiomysql
+    from binlogd.daemon.snapshot.tables import describe, raw_connection, read_chunk
+    from binlogd.daemon.snapshot.wire import ChunkReader
     from binlogd.library.serialize import dumps
 
     server, db = mariadb_minimal, _db()
@@ -246,8 +246,8 @@ def test_wire_reader_lends_the_transport_and_gives_it_back(mariadb_minimal):
 
     import pymysql
 
-    from binlogd.daemon import _aiomysql
-    from binlogd.daemon.snapshotwire import query_rows
+    from binlogd.daemon.replication import _aiomysql
+    from binlogd.daemon.snapshot.wire import query_rows
 
     server = mariadb_minimal
 

@@ -208,9 +208,9 @@ def test_incremental_watermarks_without_a_view_position(mariadb_minimal, tmp_pat
     position withheld and the window widened (a pause before the high watermark is read), under writes."""
     import asyncio
 
-    from binlogd.daemon import incremental
     from binlogd.daemon.config import load_config
-    from binlogd.daemon.snapshotview import query
+    from binlogd.daemon.snapshot import incremental
+    from binlogd.daemon.snapshot.views import query
     from tests.support.daemon import InProcessDaemon, wait_until
 
     async def no_position(conn):

@@ -1,6 +1,6 @@
 """The initial snapshot's read view on a server without ``Binlog_snapshot_position`` (Oracle MySQL):
 ``FLUSH TABLES WITH READ LOCK``, the transaction opened inside it, ``SHOW MASTER STATUS``, ``UNLOCK TABLES``
-(:func:`binlogd.daemon.snapshotview.open_view_locked`), run on the real MariaDB servers, which accept the same
+(:func:`binlogd.daemon.snapshot.views.open_view_locked`), run on the real MariaDB servers, which accept the same
 statements (Oracle MySQL itself runs only where Docker does, through testcontainers).
 
 - Under a stream of single-row INSERTs, the view holds exactly the rows of the INSERTs the server logged up
@@ -22,10 +22,11 @@ import uuid
 
 import pytest
 
-from binlogd.daemon import _aiomysql, snapshot
 from binlogd.daemon.config import load_config
-from binlogd.daemon.connection import SourceError
-from binlogd.daemon.snapshotview import open_view_locked
+from binlogd.daemon.replication import _aiomysql
+from binlogd.daemon.replication.connection import SourceError
+from binlogd.daemon.snapshot import initial as snapshot
+from binlogd.daemon.snapshot.views import open_view_locked
 from tests.support.daemon import (
     InProcessDaemon,
     base_overrides,

@@ -1,7 +1,7 @@
 """VECTOR columns on MariaDB 11.7+: a list of numbers, with the column type from the schema source.
 
 MariaDB logs a VECTOR(n) as a binary VARCHAR of 4n bytes, with nothing in the TABLE_MAP (FULL or
-MINIMAL metadata) that marks it. The daemon's schema source (:class:`binlogd.daemon.schemaqueries.ServerSchema`,
+MINIMAL metadata) that marks it. The daemon's schema source (:class:`binlogd.daemon.replication.schemaqueries.ServerSchema`,
 SHOW CREATE TABLE) says ``vector(n)``; the decoder then reads the value as n float32. Expected values
 come from the server (``Vec_ToText``) and are compared as float32. A VARBINARY of the same size stays a
 base64 string, and without a schema source a VECTOR is the base64 of its bytes (nothing says otherwise).
@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from binlogd.cli.filetools import dump_events
-from binlogd.daemon.schemaqueries import ServerSchema
+from binlogd.daemon.replication.schemaqueries import ServerSchema
 from binlogd.library.schema.model import compile_schema
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import ColumnType as T

@@ -43,7 +43,7 @@ def exported_metrics() -> dict[str, set[str]]:
     Each method is called once so the labelled families show samples too; the names also come
     from the ``# TYPE`` lines, so a family without samples still counts.
     """
-    from binlogd.daemon.metrics import Metrics
+    from binlogd.daemon.operations.metrics import Metrics
 
     m = Metrics(table_labels=True)
     m.event("WRITE_ROWS", 1_700_000_000, 100, False)

@@ -11,8 +11,8 @@ import logging
 import time
 from pathlib import Path
 
-from binlogd.daemon.checkpoint import CheckpointStore
 from binlogd.daemon.config import load_config
+from binlogd.daemon.delivery.checkpoint import CheckpointStore
 from binlogd.daemon.service import Daemon
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol.gtid import MysqlGtidSet

@@ -18,7 +18,7 @@ from binlogd.daemon.sinks import SinkError, bus, frames
 from binlogd.daemon.sinks.bus import BusSink
 from binlogd.library.identity import boundary_key, order_key
 
-needs_c = pytest.mark.skipif(frames.C is None, reason="binlogd.daemon._frames is not built")
+needs_c = pytest.mark.skipif(frames.C is None, reason="binlogd.daemon.sinks._frames is not built")
 _CHARS = ['a', '"', '\\', '\t', '\r', 'é', '€', '😀', ' ', '{', '}', ':', ',', '0']
 
 
@@ -101,7 +101,7 @@ def test_c_is_the_python_twin_on_random_blocks():
 @pytest.mark.parametrize("lines, n", [(b"a\nb\n", 1), (b"a\nb\n", 3), (b"a\nb", 2), (b"a", 1), (b"", 1), (b"\n", -1)])
 def test_a_wrong_line_count_is_refused(impl, lines, n):
     if impl == "c" and frames.C is None:
-        pytest.skip("binlogd.daemon._frames is not built")
+        pytest.skip("binlogd.daemon.sinks._frames is not built")
     f = _PY if impl == "py" else frames.C
     for call in (lambda: f.redis_xadds(HEAD, lines, n), lambda: f.nats_hpubs(b"s", 1, b"f:4:0", 0, 1, lines, n),
                  lambda: f.copy_rows(lines, n, b"f", 4, 0, b"x")):

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from binlogd.daemon import checkpoint as checkpoint_mod
-from binlogd.daemon.checkpoint import CheckpointError, CheckpointStore
+from binlogd.daemon.delivery import checkpoint as checkpoint_mod
+from binlogd.daemon.delivery.checkpoint import CheckpointStore
+from binlogd.daemon.state import CheckpointError
 from binlogd.library.checkpointfile import FORMAT_VERSION, Checkpoint, jsonl_committed, jsonl_index, jsonl_name
 from binlogd.protocol.position import Position
 from tests.support.paths import REPO
@@ -172,7 +173,7 @@ def test_lock_held_by_another_process_is_refused(tmp_path):
     holder = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from binlogd.daemon.checkpoint import CheckpointStore
+        from binlogd.daemon.delivery.checkpoint import CheckpointStore
         store = CheckpointStore({str(path)!r})
         store.acquire()
         print("locked", flush=True)

@@ -9,10 +9,11 @@ import threading
 
 import pytest
 
-from binlogd.daemon.checkpoint import CheckpointStore, ResumeState
-from binlogd.daemon.committer import Committer
-from binlogd.daemon.metrics import Metrics
+from binlogd.daemon.delivery.checkpoint import CheckpointStore
+from binlogd.daemon.delivery.committer import Committer
+from binlogd.daemon.operations.metrics import Metrics
 from binlogd.daemon.sinks import Sink, SinkError
+from binlogd.daemon.state import ResumeState
 from binlogd.protocol.position import Position
 
 

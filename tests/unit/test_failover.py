@@ -1,4 +1,4 @@
-"""The failover decisions of daemon/failover.py (issue 14), from what servers answer to the exit message;
+"""The failover decisions of daemon/replication/failover.py (issue 14), from what servers answer to the exit message;
 and the two failover metrics. Each case states the servers' answers the way the probe collects them."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from binlogd.daemon.connection import ServerInfo, SourceError
-from binlogd.daemon.failover import (
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.replication.connection import ServerInfo, SourceError
+from binlogd.daemon.replication.failover import (
     DIVERGED,
     PURGED,
     REFUSED,
@@ -24,7 +25,6 @@ from binlogd.daemon.failover import (
     mariadb_lacking,
     no_source,
 )
-from binlogd.daemon.metrics import Metrics
 from binlogd.protocol.position import Position
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -201,8 +201,8 @@ class Answers:
 
 
 def failover(monkeypatch, facts: dict[str, Facts], last: str | None = None, **extra):
-    from binlogd.daemon import failover as module
     from binlogd.daemon.config import load_config
+    from binlogd.daemon.replication import failover as module
 
     answers = Answers(facts)
     monkeypatch.setattr(module, "probe", answers)

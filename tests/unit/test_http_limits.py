@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from binlogd.daemon.http import MetricsServer
-from binlogd.daemon.metrics import Metrics
+from binlogd.daemon.operations.http import MetricsServer
+from binlogd.daemon.operations.metrics import Metrics
 
 
 def _connect(port: int, rcvbuf: int | None = None) -> socket.socket:
@@ -170,7 +170,7 @@ def test_hundreds_of_idle_clients_hold_at_most_the_cap(server):
 
 def test_the_cap_follows_rlimit_nofile():
     code = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (80, 80));"
-            "from binlogd.daemon.http import connection_cap; print(connection_cap(), connection_cap(4))")
+            "from binlogd.daemon.operations.http import connection_cap; print(connection_cap(), connection_cap(4))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["10", "4"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from binlogd.daemon.checkpoint import ResumeState
 from binlogd.daemon.config import load_config
-from binlogd.daemon.incremental import Incremental, parse_collection
-from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.snapshotrows import TableInfo
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.snapshot.incremental import Incremental, parse_collection
+from binlogd.daemon.snapshot.tables import TableInfo
+from binlogd.daemon.state import ResumeState
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol.position import Position
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from binlogd.daemon.http import MetricsServer, parse_listen
-from binlogd.daemon.metrics import Metrics, file_index
+from binlogd.daemon.operations.http import MetricsServer, parse_listen
+from binlogd.daemon.operations.metrics import Metrics, file_index
 
 DESIGN = Path(__file__).resolve().parents[2].parent / "shared" / "DESIGN.md"
 

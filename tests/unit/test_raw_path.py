@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from binlogd.daemon.metrics import Metrics
+from binlogd.daemon.operations.metrics import Metrics
 from binlogd.protocol import events as E
 from binlogd.protocol.errors import ChecksumError, EventDecodeError, ProtocolError
 
@@ -138,8 +138,8 @@ def test_session_receive_buffers_are_larger_only_without_rows():
     """The archive's consumer keeps up with the socket: its connection reads into 4 MiB buffers
     (a quarter of the reads and hand-offs); a consumer decoding rows keeps 1 MiB ones (its memory)."""
     from binlogd.daemon.config import load_config
-    from binlogd.daemon.connection import RAW_RECEIVE_BUFFER, RECEIVE_BUFFER
-    from binlogd.daemon.session import Session
+    from binlogd.daemon.replication.connection import RAW_RECEIVE_BUFFER, RECEIVE_BUFFER
+    from binlogd.daemon.replication.session import Session
 
     config = load_config(None, env={})
     assert (RECEIVE_BUFFER, RAW_RECEIVE_BUFFER) == (1 << 20, 4 << 20)

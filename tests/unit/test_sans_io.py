@@ -336,7 +336,10 @@ def test_cycle_finder_finds_cycles(sources, cycle):
 def test_no_import_cycles():
     modules = _all_modules()
     packages = frozenset(n for n, p in modules.items() if p.name == "__init__.py")
-    graph = import_graph({n: p.read_text(encoding="utf-8") for n, p in modules.items()}, packages)
+    sources = {n: p.read_text(encoding="utf-8") for n, p in modules.items()}
+    # a C extension (``from binlogd.daemon.sinks import _frames``) is a module that imports nothing of ours
+    sources.update({_module_name(c.with_suffix(".py")): "" for f in _FOLDER_NAMES for c in (REPO / f).rglob("*.c")})
+    graph = import_graph(sources, packages)
     assert len(graph) > 80 and find_cycle(graph) == []
 
 

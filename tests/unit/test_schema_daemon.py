@@ -14,10 +14,10 @@ import re
 import pymysql
 import pytest
 
-from binlogd.daemon.checkpoint import CheckpointError
-from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.schemaqueries import ServerSchema
-from binlogd.daemon.serverschema import DaemonSchema, SchemaHistoryUnusable, history_path
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.replication.schemaqueries import ServerSchema
+from binlogd.daemon.replication.serverschema import DaemonSchema, SchemaHistoryUnusable, history_path
+from binlogd.daemon.state import CheckpointError
 from binlogd.library.schema import read_history
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import ColumnType as T

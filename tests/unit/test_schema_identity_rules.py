@@ -10,8 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.daemon.schemaqueries import ServerSchema, _mariadb_at_or_before
-from binlogd.daemon.serverschema import DaemonSchema, DefaultHistoryPath, SchemaHistoryUnusable, history_path
+from binlogd.daemon.replication.schemaqueries import ServerSchema, _mariadb_at_or_before
+from binlogd.daemon.replication.serverschema import (
+    DaemonSchema,
+    DefaultHistoryPath,
+    SchemaHistoryUnusable,
+    history_path,
+)
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.library.schema.history import (
     Entry,

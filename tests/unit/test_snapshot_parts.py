@@ -8,11 +8,11 @@ import json
 import orjson
 import pytest
 
-from binlogd.daemon.checkpoint import ResumeState
 from binlogd.daemon.config import ConfigError, load_config
-from binlogd.daemon.metrics import Metrics
-from binlogd.daemon.snapshotrows import TableInfo
-from binlogd.daemon.snapshotwire import _fields, after_encoder, row_json
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.snapshot.tables import TableInfo
+from binlogd.daemon.snapshot.wire import _fields, after_encoder, row_json
+from binlogd.daemon.state import ResumeState
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol.position import Position
 
@@ -120,7 +120,7 @@ def test_all_runs_at_once_and_raises_the_first_error_before_a_stop():
     is raised rather than a stop raised beside it."""
     import asyncio
 
-    from binlogd.daemon.snapshot import _all, _Stop
+    from binlogd.daemon.snapshot.initial import _all, _Stop
 
     async def go():
         await _all([])

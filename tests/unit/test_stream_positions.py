@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.daemon.checkpoint import CheckpointStore, ResumeState
-from binlogd.daemon.committer import Committer
 from binlogd.daemon.config import load_config
-from binlogd.daemon.consumer import Consumer
-from binlogd.daemon.metrics import Metrics
+from binlogd.daemon.delivery.checkpoint import CheckpointStore
+from binlogd.daemon.delivery.committer import Committer
+from binlogd.daemon.delivery.consumer import Consumer
+from binlogd.daemon.operations.metrics import Metrics
 from binlogd.daemon.sinks import make_sink
+from binlogd.daemon.state import ResumeState
 from binlogd.protocol.constants import EventType as ET
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.position import Position, PositionTracker

@@ -19,8 +19,8 @@ import sys
 import orjson
 import pytest
 
-from binlogd.daemon.snapshotrows import TableInfo
-from binlogd.daemon.snapshotwire import ChunkReader, ResultRows, after_encoder, plan
+from binlogd.daemon.snapshot.tables import TableInfo
+from binlogd.daemon.snapshot.wire import ChunkReader, ResultRows, after_encoder, plan
 from binlogd.library.serialize import dumps
 from binlogd.protocol import textrows
 

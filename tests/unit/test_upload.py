@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.daemon.metrics import Metrics
+from binlogd.daemon.operations.metrics import Metrics
 from binlogd.daemon.sinks.upload import JOURNAL, Uploader
 from tests.support.paths import CORPUS
 from tests.support.s3 import s3_server  # noqa: F401 - the ``s3`` fixture

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.replication.connection import ServerInfo
+from binlogd.daemon.sinks import Sink, SinkError
+from binlogd.daemon.state import ResumeState
 from binlogd.library.identity import boundary_key
 from binlogd.library.schema.identity import Source, basename, same_server, stream_holds
-
-from .checkpoint import ResumeState
-from .connection import ServerInfo
-from .metrics import Metrics
-from .sinks import Sink, SinkError
 
 
 def adopt(sink: Sink, memory: ResumeState | None, log: logging.Logger, metrics: Metrics) -> ResumeState | None:

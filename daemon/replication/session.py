@@ -1,6 +1,6 @@
 """One session with the primary: connect, decide where to start, dump, and read events.
 
-A :class:`Session` owns a :class:`~binlogd.daemon.connection.SourceConnection` and, once the dump is
+A :class:`Session` owns a :class:`~binlogd.daemon.replication.connection.SourceConnection` and, once the dump is
 sent, a reader task that puts the events the socket brought into a bounded queue, in batches; the
 consumer takes them with :meth:`Session.get`. Closing the session (``async with``) cancels and
 awaits the reader and closes the connection.
@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import asyncio
 
-from binlogd.daemon.connection import RAW_RECEIVE_BUFFER, RECEIVE_BUFFER, ServerInfo, SourceConnection, SourceError
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.replication.connection import (
+    RAW_RECEIVE_BUFFER,
+    RECEIVE_BUFFER,
+    ServerInfo,
+    SourceConnection,
+    SourceError,
+)
+from binlogd.daemon.state import ResumeState
+from binlogd.daemon.tasks import close_tasks
 from binlogd.protocol.constants import HEARTBEATS
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.position import Position, is_before
-
-from .checkpoint import ResumeState
-from .metrics import Metrics
-from .tasks import close_tasks
 
 BATCH = 1024  # events per reader -> consumer hand-off at most
 
@@ -29,7 +34,7 @@ class Session:
         config: the daemon's :class:`~binlogd.daemon.config.Config`.
         metrics: where the queue depth is reported.
         rows: the consumer decodes rows (else the connection receives into larger buffers:
-            :data:`~binlogd.daemon.connection.RAW_RECEIVE_BUFFER`).
+            :data:`~binlogd.daemon.replication.connection.RAW_RECEIVE_BUFFER`).
     Fields:
         info: what the primary told about itself (after :meth:`open`).
         queued: events in the queue now.

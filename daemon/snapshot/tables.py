@@ -1,6 +1,6 @@
 """A table's rows as snapshot change events: its description, keyset chunks, and values in README's JSON forms.
 
-The pieces the initial snapshot (:mod:`binlogd.daemon.snapshot`) uses, and the incremental one can:
+The pieces the initial snapshot (:mod:`binlogd.daemon.snapshot.initial`) uses, and the incremental one can:
 
 - :func:`describe`: a table's columns (information_schema.COLUMNS, invisible ones too), its primary key
   (information_schema.STATISTICS) and row estimate (information_schema.TABLES);
@@ -25,14 +25,14 @@ import orjson
 
 from binlogd.protocol.values import float32
 
-_INTS = frozenset(("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"))
-_BYTES = frozenset(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
+INT_TYPES = frozenset(("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"))
+BYTE_TYPES = frozenset(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
                     "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                     "geometrycollection"))
 _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
 
 
-def _quote(name: str) -> str:
+def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -48,13 +48,13 @@ def _text(value):
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
-def _vector(value: bytes) -> list:
+def vector_values(value: bytes) -> list:
     return [float32(x) for x in struct.unpack(f"<{len(value) // 4}f", value)]
 
 
 def _converter(data_type: str):
     """The conversion of a text-protocol value (str, or bytes for binary columns) of ``data_type``; None: as is."""
-    if data_type in _INTS:
+    if data_type in INT_TYPES:
         return int
     if data_type == "double":
         return float
@@ -67,8 +67,8 @@ def _converter(data_type: str):
     if data_type == "json":  # MySQL's JSON (MariaDB's is LONGTEXT: a string, as the stream gives it)
         return orjson.loads
     if data_type == "vector":
-        return _vector
-    if data_type in _BYTES:
+        return vector_values
+    if data_type in BYTE_TYPES:
         return None   # bytes: serialised as base64
     return _text      # DECIMAL (exact text with its scale), temporal (UTC for TIMESTAMP), ENUM, text
 
@@ -106,7 +106,7 @@ class TableInfo:
     @property
     def integer_key(self) -> bool:
         """Whether the primary key is one integer column (what key ranges split)."""
-        return len(self.key) == 1 and self.types[self._key_at[0]] in _INTS
+        return len(self.key) == 1 and self.types[self._key_at[0]] in INT_TYPES
 
     def row(self, raw: tuple) -> dict:
         """One text-protocol row as ``{column: value}`` in README's JSON forms (bytes stay bytes: base64 later)."""
@@ -136,9 +136,9 @@ class TableInfo:
             ValueError: ``after`` or ``upto`` does not fit the key (a checkpoint from another table definition).
         """
         select = select or self.select_list()
-        sql = f"SELECT {select} FROM {_quote(self.schema)}.{_quote(self.table)}"
+        sql = f"SELECT {select} FROM {quote_name(self.schema)}.{quote_name(self.table)}"
         if self.key:
-            cols, where = [_quote(k) for k in self.key], []
+            cols, where = [quote_name(k) for k in self.key], []
             if after is not None:
                 if len(after) != len(self.key):
                     raise ValueError(f"key {after!r} does not fit {self.name}'s primary key {self.key}")
@@ -160,7 +160,7 @@ class TableInfo:
     def select_list(self) -> str:
         """Every column, FLOAT as DOUBLE (the text protocol shows a FLOAT with 6 digits only; as a DOUBLE it is
         exact, and :func:`float32` gives the shortest text of it, as the stream does)."""
-        return ", ".join(f"({_quote(c)} + 0e0)" if t == "float" else _quote(c)
+        return ", ".join(f"({quote_name(c)} + 0e0)" if t == "float" else quote_name(c)
                          for c, t in zip(self.columns, self.types))
 
     def _literal(self, column: int, value, escape) -> str:
@@ -170,7 +170,7 @@ class TableInfo:
         if isinstance(value, bytes):
             return "X'" + value.hex() + "'"
         text = str(value)
-        if self.types[column] in _INTS or self.types[column] in ("decimal", "double", "float"):
+        if self.types[column] in INT_TYPES or self.types[column] in ("decimal", "double", "float"):
             if not _NUMBER.fullmatch(text):
                 raise ValueError(f"key value {text!r} of {self.name} is not a number")
             return text

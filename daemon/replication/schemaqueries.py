@@ -1,9 +1,9 @@
 """The primary's own account of its tables: :class:`ServerSchema`, on an admin connection of its own.
 
-The daemon's schema history (:mod:`binlogd.daemon.serverschema`) asks it for definitions (``SHOW CREATE TABLE``;
-a seed's many at once from information_schema on MySQL 8.0+), the tables a seed covers, the server's position and
-GTID state, and the DDL logged since a position (``SHOW BINLOG EVENTS``); it never runs inside the stream's read
-loop.
+The daemon's schema history (:mod:`binlogd.daemon.replication.serverschema`) asks it for definitions
+(``SHOW CREATE TABLE``; a seed's many at once from information_schema on MySQL 8.0+), the tables a seed
+covers, the server's position and GTID state, and the DDL logged since a position (``SHOW BINLOG EVENTS``); it
+never runs inside the stream's read loop.
 """
 
 from __future__ import annotations

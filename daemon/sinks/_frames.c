@@ -270,7 +270,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, .m_name = "binlogd.daemon._frames",
+    PyModuleDef_HEAD_INIT, .m_name = "binlogd.daemon.sinks._frames",
     .m_doc = "The bus sinks' per-row framing in C (Redis XADDs, NATS HPUBs, PostgreSQL COPY lines), the twins "
              "of daemon/sinks/frames.py.",
     .m_size = -1, .m_methods = methods,

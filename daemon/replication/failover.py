@@ -33,12 +33,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from binlogd.daemon.connection import ServerInfo, SourceConnection, SourceError
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.replication.connection import ServerInfo, SourceConnection, SourceError
+from binlogd.daemon.tasks import close_tasks
 from binlogd.protocol.gtid import MariadbGtid, MariadbGtidList, MysqlGtidSet
 from binlogd.protocol.position import Position
-
-from .metrics import Metrics
-from .tasks import close_tasks
 
 USABLE, UNREACHABLE, REFUSED, DIVERGED, PURGED = "usable", "unreachable", "refused", "diverged", "purged"
 RETRIES = 2  # attempts on the source just lost before the other hosts are probed too

@@ -36,6 +36,9 @@ import os
 import time
 from pathlib import Path, PosixPath
 
+from binlogd.daemon.replication.schemaqueries import ServerSchema, server_errors
+from binlogd.daemon.state import CheckpointError
+from binlogd.library.atomicfile import fsync_dir
 from binlogd.library.schema import (
     Entry,
     HistoryWriter,
@@ -49,9 +52,6 @@ from binlogd.library.schema.history import SchemaHistoryLocked, load_history, po
 from binlogd.library.schema.identity import Source, basename, same_server, stream_holds
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import EventType as ET
-
-from .checkpoint import CheckpointError, fsync_dir
-from .schemaqueries import ServerSchema, server_errors
 
 #: The events :meth:`DaemonSchema.follow` needs to see (the consumer passes only these).
 FOLLOWED = frozenset(int(t) for t in (ET.FORMAT_DESCRIPTION, ET.QUERY, ET.QUERY_COMPRESSED, ET.GTID,

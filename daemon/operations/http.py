@@ -29,7 +29,7 @@ import resource
 import socket
 import threading
 
-from .metrics import Metrics
+from binlogd.daemon.operations.metrics import Metrics
 
 __all__ = ["MAX_CONNECTIONS", "MetricsServer", "connection_cap", "parse_listen"]
 

@@ -3,7 +3,7 @@
 One :class:`Consumer` per session. For each event it decodes it, lets the
 :class:`~binlogd.protocol.position.PositionTracker` follow it, hands it (and, for sinks that take
 rows, its row changes) to the sink, and at transaction boundaries commits through the
-:class:`~binlogd.daemon.committer.Committer`: at once when the queue is idle, else grouped (see
+:class:`~binlogd.daemon.delivery.committer.Committer`: at once when the queue is idle, else grouped (see
 :meth:`Consumer.commit_due`). For a sink that takes no rows, runs of rows events inside a
 transaction are checked and passed in one call (:meth:`Decoder.skim_run`).
 """
@@ -14,18 +14,17 @@ import asyncio
 import logging
 import time
 
-from binlogd.daemon.serverschema import FOLLOWED, DaemonSchema
+from binlogd.daemon.delivery.committer import Committer
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.replication.serverschema import FOLLOWED, DaemonSchema
+from binlogd.daemon.replication.session import Session
+from binlogd.daemon.sinks import Sink
+from binlogd.daemon.state import ResumeState
 from binlogd.protocol import events as E
 from binlogd.protocol.constants import HEARTBEATS, LOG_EVENT_IGNORABLE_F, event_name
 from binlogd.protocol.decoder import Decoder
 from binlogd.protocol.errors import UnknownEventError
 from binlogd.protocol.position import PositionTracker
-
-from .checkpoint import ResumeState
-from .committer import Committer
-from .metrics import Metrics
-from .session import Session
-from .sinks import Sink
 
 COMMIT_EVERY = 1000      # transactions per commit at most while the queue is busy
 COMMIT_SECONDS = 1.0     # and at least this often
@@ -50,13 +49,14 @@ class Consumer:
         resume: the durable state the session started from (its position is where the dump starts).
         decoder: a fresh Decoder for the session.
         sink, committer, metrics, log: the daemon's.
-        schema: the schema history (:class:`~binlogd.daemon.serverschema.DaemonSchema`), None with schema.source "none".
+        schema: the schema history (:class:`~binlogd.daemon.replication.serverschema.DaemonSchema`), None with
+            schema.source "none".
         stopping: set when the daemon should stop at the next transaction boundary.
     Fields:
         tracker: the live position and the last committed boundary.
         skip_before: unix time of a ``datetime:`` start not reached yet (rows before it are dropped), or None.
         last_pass: monotonic time of the loop's last pass (systemd's watchdog checks it).
-        incremental: the session's :class:`~binlogd.daemon.incremental.Incremental` (set by the daemon with
+        incremental: the session's :class:`~binlogd.daemon.snapshot.incremental.Incremental` (set by the daemon with
             ``[snapshot] signal_table``), else None.
     """
 

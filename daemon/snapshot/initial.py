@@ -27,16 +27,15 @@ import dataclasses
 import logging
 import time
 
+from binlogd.daemon.replication.connection import SourceError, admin_connection
+from binlogd.daemon.replication.schemaqueries import SYSTEM_SCHEMAS
+from binlogd.daemon.snapshot.tables import describe, quote_name, raw_connection, read_chunk
+from binlogd.daemon.snapshot.views import LockRefused, Reader, as_text, binlog_end, open_view, query, release
+from binlogd.daemon.snapshot.wire import ChunkReader
+from binlogd.daemon.state import ResumeState
+from binlogd.daemon.tasks import close_tasks
 from binlogd.library.identity import snapshot_prefix
 from binlogd.protocol.position import Position
-
-from .checkpoint import ResumeState
-from .connection import SourceError, admin_connection
-from .schemaqueries import SYSTEM_SCHEMAS
-from .snapshotrows import _quote, describe, raw_connection, read_chunk
-from .snapshotview import LockRefused, Reader, as_text, binlog_end, open_view, query, release
-from .snapshotwire import ChunkReader
-from .tasks import close_tasks
 
 ER_TABLE_DEF_CHANGED = 1412
 ER_NO_SUCH_TABLE = 1146
@@ -52,7 +51,7 @@ async def run(daemon, info, endpoint: str, resume: ResumeState) -> ResumeState:
     Args:
         daemon: the :class:`~binlogd.daemon.service.Daemon` (cfg, sink, committer, metrics, log, schema,
             stopping, its current source).
-        info: the session's :class:`~binlogd.daemon.connection.ServerInfo`.
+        info: the session's :class:`~binlogd.daemon.replication.connection.ServerInfo`.
         endpoint: the session's server, ``host:port``.
         resume: where the session would start without a snapshot.
     Returns:
@@ -89,7 +88,7 @@ async def run(daemon, info, endpoint: str, resume: ResumeState) -> ResumeState:
                                source=resume.source)
 
 
-def _server_error(exc: BaseException, doing: str) -> SourceError:
+def server_error(exc: BaseException, doing: str) -> SourceError:
     """A pymysql/OS error of the snapshot's connection as a SourceError (fatal when retrying cannot help)."""
     code = exc.args[0] if getattr(exc, "args", None) and isinstance(exc.args[0], int) else 0
     if code in _DENIED:
@@ -216,8 +215,8 @@ class Snapshot:
         except SourceError:
             raise
         except Exception as exc:
-            if _is_server_error(exc):
-                raise _server_error(exc, "reading the tables") from None
+            if is_server_error(exc):
+                raise server_error(exc, "reading the tables") from None
             raise
 
     async def _connect(self):
@@ -426,10 +425,10 @@ class Snapshot:
             return None
         import pymysql
 
-        key = _quote(info.key[0])
+        key = quote_name(info.key[0])
         try:
-            least, most = (await query(self.conn, f"SELECT MIN({key}), MAX({key}) FROM {_quote(info.schema)}."
-                                       f"{_quote(info.table)}"))[0]
+            least, most = (await query(self.conn, f"SELECT MIN({key}), MAX({key}) FROM {quote_name(info.schema)}."
+                                       f"{quote_name(info.table)}"))[0]
         except pymysql.err.MySQLError as exc:
             if exc.args and exc.args[0] in (ER_TABLE_DEF_CHANGED, ER_NO_SUCH_TABLE):
                 return None   # one reader meets it again, and renews its view or finds the table gone
@@ -642,7 +641,7 @@ class _Stop(Exception):
     """A stop was asked for between two chunks (the last is committed)."""
 
 
-def _is_server_error(exc: BaseException) -> bool:
+def is_server_error(exc: BaseException) -> bool:
     import pymysql
 
     return isinstance(exc, (pymysql.err.MySQLError, OSError))

@@ -1,7 +1,7 @@
 """The one place binlogd depends on aiomysql's (and asyncio's stream) internals.
 
 aiomysql does the handshake, authentication and TLS; then binlogd takes the connection's transport
-over and reads raw replication packets itself (:mod:`binlogd.daemon.connection`). Everything here is
+over and reads raw replication packets itself (:mod:`binlogd.daemon.replication.connection`). Everything here is
 checked against the installed aiomysql by ``tests/unit/test_aiomysql_seam.py`` (pyproject allows
 ``aiomysql>=0.2,<0.4``; tested with 0.3.2).
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics for the daemon (ARCHITECTURE.md, "Metrics"); daemon/http.py serves them.
+"""Prometheus metrics for the daemon (ARCHITECTURE.md, "Metrics"); daemon/operations/http.py serves them.
 
 :class:`Metrics` owns its own :class:`prometheus_client.CollectorRegistry` (never the global
 one), so a process or a test may hold many. Its methods are called by the daemon's single

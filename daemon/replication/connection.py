@@ -2,7 +2,7 @@
 
 aiomysql (PyMySQL's protocol code) does the handshake, authentication
 (mysql_native_password, caching_sha2_password, ed25519) and TLS, through
-:mod:`binlogd.daemon._aiomysql`, the one module that knows its internals (the password goes
+:mod:`binlogd.daemon.replication._aiomysql`, the one module that knows its internals (the password goes
 as UTF-8 bytes, as the MySQL and MariaDB clients send it). We then run a few admin
 statements; from COM_REGISTER_SLAVE on, the transport delivers straight into the sans-I/O
 :class:`protocol.packet.BufferedPacketReader`'s buffers (an :class:`asyncio.BufferedProtocol`
@@ -126,7 +126,7 @@ def require_tls(conn, cfg) -> None:
     Raises:
         SourceError("tls", fatal): the connection is not encrypted.
     """
-    from . import _aiomysql
+    from binlogd.daemon.replication import _aiomysql
 
     if cfg.tls.mode in ("required", "verify_ca", "verify_identity"):
         transport = _aiomysql.transport(conn)
@@ -145,7 +145,7 @@ async def admin_connection(source):
         SourceError("tls", fatal): TLS is required and the server does not offer it.
         pymysql.err.OperationalError, OSError: the connection failed.
     """
-    from . import _aiomysql
+    from binlogd.daemon.replication import _aiomysql
 
     conn = await _aiomysql.connect(host=source.host, port=source.port, user=source.user,
                                    password=source.password.reveal(), ssl=source.tls.ssl_context(),
@@ -180,7 +180,7 @@ class SourceConnection:
         """
         import pymysql
 
-        from . import _aiomysql
+        from binlogd.daemon.replication import _aiomysql
 
         cfg = self.cfg
         try:
@@ -356,7 +356,7 @@ class SourceConnection:
     def _receive_directly(self) -> None:
         """From now on the transport writes into the packet reader's buffers (aiomysql runs no more
         statements on this connection); whatever its StreamReader already holds moves over first."""
-        from . import _aiomysql
+        from binlogd.daemon.replication import _aiomysql
 
         held = _aiomysql.take_over(self.conn)
         transport = _aiomysql.transport(self.conn)

@@ -10,7 +10,8 @@ call, each value in the form :meth:`TableInfo.row` gives (README "Values"; the t
 :meth:`ChunkReader.lines` the whole change lines for a JSON-lines sink (the bytes its ``change`` would
 write), :meth:`ChunkReader.changes` change dicts whose ``after`` is an :class:`orjson.Fragment` for the others.
 
-It relies on aiomysql's ``_execute_command``, on :func:`binlogd.daemon._aiomysql.transport` and ``take_over``
+It relies on aiomysql's ``_execute_command``, on :func:`binlogd.daemon.replication._aiomysql.transport` and
+``take_over``
 (the seams on aiomysql's internals), and on the connection not asking for CLIENT_DEPRECATE_EOF (PyMySQL never
 does).
 """
@@ -22,11 +23,10 @@ from base64 import b64encode
 
 import orjson
 
+from binlogd.daemon.snapshot.tables import BYTE_TYPES, INT_TYPES, TableInfo, vector_values
 from binlogd.library.serialize import dumps
 from binlogd.protocol import textrows
 from binlogd.protocol.values import float32
-
-from .snapshotrows import _BYTES, _INTS, TableInfo, _vector
 
 COM_QUERY = 3
 _PACE = 0.001     # seconds a chunk's socket is left unread before each read (see _Buffer.more)
@@ -66,12 +66,12 @@ def _json(v: bytes) -> bytes:
 
 
 def _vec(v: bytes) -> bytes:
-    return orjson.dumps(_vector(v))
+    return orjson.dumps(vector_values(v))
 
 
 def _encoder(data_type: str):
     """Raw text-protocol bytes of a ``data_type`` value -> its JSON bytes; None: the bytes are already JSON."""
-    if data_type in _INTS:
+    if data_type in INT_TYPES:
         return None
     if data_type in ("decimal", "date", "datetime", "timestamp", "time"):
         return _dq
@@ -87,7 +87,7 @@ def _encoder(data_type: str):
         return _json
     if data_type == "vector":
         return _vec
-    if data_type in _BYTES:
+    if data_type in BYTE_TYPES:
         return _b64
     return _text
 
@@ -117,7 +117,7 @@ def _key(info: TableInfo, values: list) -> list:
     """Raw key values (bytes, in key order) as :meth:`TableInfo.last_key` keeps them (text; binary as hex)."""
     out = []
     for name, v in zip(info.key, values):
-        binary = info.types[info.columns.index(name)] in _BYTES or info.types[info.columns.index(name)] == "bit"
+        binary = info.types[info.columns.index(name)] in BYTE_TYPES or info.types[info.columns.index(name)] == "bit"
         out.append({"hex": v.hex()} if binary else v.decode("utf-8", "surrogateescape"))
     return out
 
@@ -193,7 +193,7 @@ class _Buffer(asyncio.BufferedProtocol):
         """
         from pymysql.err import OperationalError
 
-        from . import _aiomysql
+        from binlogd.daemon.replication import _aiomysql
 
         transport = _aiomysql.transport(conn)
         held = _aiomysql.take_over(conn)

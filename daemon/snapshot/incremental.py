@@ -43,14 +43,13 @@ import time
 
 import orjson
 
+from binlogd.daemon.replication.connection import admin_connection
+from binlogd.daemon.snapshot.initial import ER_NO_SUCH_TABLE, ER_TABLE_DEF_CHANGED, is_server_error, server_error
+from binlogd.daemon.snapshot.tables import TableInfo, describe, raw_connection, read_chunk
+from binlogd.daemon.snapshot.views import binlog_end, consistent_snapshot, query
 from binlogd.library.identity import incremental_prefix
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import is_before
-
-from .connection import admin_connection
-from .snapshot import ER_NO_SUCH_TABLE, ER_TABLE_DEF_CHANGED, _is_server_error, _server_error
-from .snapshotrows import TableInfo, describe, raw_connection, read_chunk
-from .snapshotview import binlog_end, consistent_snapshot, query
 
 _MISSING = object()
 _BUDGET_SECONDS = 0.5       # chunks read and written in one boundary call at most this long (a caught-up stream)
@@ -89,7 +88,7 @@ class Incremental:
 
     Args:
         daemon: the :class:`~binlogd.daemon.service.Daemon` (cfg, sink, metrics, log, its current source).
-        info: the session's :class:`~binlogd.daemon.connection.ServerInfo`.
+        info: the session's :class:`~binlogd.daemon.replication.connection.ServerInfo`.
         state: the checkpoint's ``incremental`` object (None: none running).
     Fields:
         state: the snapshot's state as the next commit records it (None: none running); it moves only when a
@@ -239,7 +238,7 @@ class Incremental:
 
     # ------------------------------------------------------------------ the chunks
     async def at_boundary(self, consumer) -> None:
-        """At a transaction boundary of ``consumer`` (a :class:`~binlogd.daemon.consumer.Consumer`): write the
+        """At a transaction boundary of ``consumer`` (a :class:`~binlogd.daemon.delivery.consumer.Consumer`): write the
         buffered chunk once the stream reached its high watermark, then read the next chunk; when the stream is
         caught up, more chunks, for up to half a second.
 
@@ -262,9 +261,9 @@ class Incremental:
                     if await self._read(tracker):  # a table refused or dropped: the tables to go changed
                         await consumer.commit(wait=False)
         except Exception as exc:
-            if _is_server_error(exc):
+            if is_server_error(exc):
                 self.close()
-                raise _server_error(exc, "incremental snapshot") from None
+                raise server_error(exc, "incremental snapshot") from None
             raise
 
     def _gtids_reached(self, tracker) -> bool:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from binlogd.daemon.delivery.checkpoint import CheckpointStore
+from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.sinks import Sink, SinkError
+from binlogd.daemon.state import CheckpointError, ResumeState
 from binlogd.protocol.records import record
-
-from .checkpoint import CheckpointError, CheckpointStore, ResumeState
-from .metrics import Metrics
-from .sinks import Sink, SinkError
 
 
 @record(eq=False)

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from binlogd.daemon.replication.connection import SourceError, binlog_status_sql
 from binlogd.protocol.position import Position
-
-from .connection import SourceError, binlog_status_sql
 
 _SAVEPOINT = "binlogd_snapshot"
 _START = "START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT"
@@ -114,7 +113,8 @@ async def open_view_locked(conn) -> Position:
 
 async def binlog_end(conn) -> Position:
     """The server's binlog end: ``SHOW MASTER STATUS`` (``SHOW BINARY LOG STATUS`` on the versions that have it:
-    :func:`~binlogd.daemon.connection.binlog_status_sql`), with the GTID set of MySQL's fifth column (none on MariaDB).
+    :func:`~binlogd.daemon.replication.connection.binlog_status_sql`), with the GTID set of MySQL's fifth
+    column (none on MariaDB).
 
     Raises:
         SourceError: (fatal) binary logging is off.
@@ -153,7 +153,7 @@ class Reader:
     """A connection of the snapshot's and its consistent read view.
 
     Fields:
-        conn: the aiomysql connection (raw values: :func:`binlogd.daemon.snapshotrows.raw_connection`).
+        conn: the aiomysql connection (raw values: :func:`binlogd.daemon.snapshot.tables.raw_connection`).
         view: the view's binlog position; ts: when it opened (unix seconds); how: ``"binlog_snapshot"`` (no
             lock) or ``"ftwrl"`` (:func:`open_view`).
     """

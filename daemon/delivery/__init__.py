@@ -1,0 +1,1 @@
+"""Delivery: the consumer, the committer, the checkpoint store and the resume rule."""
