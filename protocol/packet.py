@@ -7,17 +7,16 @@ that is shorter than 0xFFFFFF (possibly empty) ends the logical packet.
 
 Usage::
 
-    reader = PacketReader()
-    reader.feed(data)                    # whatever the socket returned
-    while (pkt := reader.next_packet()) is not None:
-        handle(pkt.payload)
+    reader = BufferedPacketReader()
+    reader.feed(data)                    # or get_buffer() + buffer_updated(n), as asyncio.BufferedProtocol
+    while (payload := reader.next_payload()) is not None:
+        handle(payload)                  # a read-only memoryview of the reader's buffer
     ...
     reader.feed_eof()                    # the peer closed the connection
-    reader.next_packet()                 # None, or TruncatedError mid-packet
+    reader.next_payload()                # None, or TruncatedError mid-packet
 
-:class:`BufferedPacketReader` parses the same way but receives into buffers of its own
-(``get_buffer()``/``buffer_updated()``, the shape of :class:`asyncio.BufferedProtocol`) and
-returns payloads as memoryviews of them: no copy between the socket and the consumer.
+The reader receives into buffers of its own and returns payloads as memoryviews of them: no copy
+between the socket and the consumer.
 
 This module also holds the generic payload helpers: ERR/OK/EOF recognition and
 length-encoded integers and strings.
@@ -29,7 +28,6 @@ import struct
 
 from . import speedups
 from .errors import ProtocolError, ServerError, TruncatedError
-from .records import record
 
 try:
     from ._skim import ok_payloads as _ok_payloads_c
@@ -42,12 +40,9 @@ __all__ = [
     "DEFAULT_MAX_PACKET_SIZE",
     "MAX_CHUNK",
     "BufferedPacketReader",
-    "Packet",
-    "PacketReader",
     "encode_packet",
     "is_eof",
     "is_err",
-    "is_ok",
     "parse_err",
 ]
 
@@ -58,36 +53,10 @@ DEFAULT_MAX_PACKET_SIZE = 1 << 30
 
 _HEADER = struct.Struct("<HBB")  # low 16 bits of length, high 8 bits, seq id
 _U16 = struct.Struct("<H")
-_U64 = struct.Struct("<Q")
 
-# Compact the receive buffer once this many consumed bytes sit at its front and
-# they are at least half of it (amortized linear, however the input was split).
-_COMPACT_AT = 1 << 16
 # BufferedPacketReader: the least free space get_buffer() offers (one socket read's worth).
 _MIN_FREE = 1 << 16
 _SPARE_BYTES = 16 << 20  # retired receive buffers kept for reuse: this many bytes of them (at least 2)
-
-
-@record(slots=True)
-class Packet:
-    """One logical packet (continuation chunks already joined).
-
-    Fields:
-        payload: the joined payload, without headers.
-        seq: sequence id of the first chunk.
-        last_seq: sequence id of the last chunk (== seq unless the payload was split).
-        offset: stream offset of the first header byte (bytes fed before it).
-    """
-
-    payload: bytes
-    seq: int
-    last_seq: int
-    offset: int = 0
-
-    @property
-    def next_seq(self) -> int:
-        """The sequence id the next packet of this exchange must carry."""
-        return (self.last_seq + 1) & 0xFF
 
 
 class BufferedPacketReader:
@@ -108,7 +77,7 @@ class BufferedPacketReader:
     """
 
     __slots__ = ("_buf", "_view", "_ro", "_pos", "_end", "_consumed", "_spares", "_size", "_want", "_max", "_eof",
-                 "_error", "_parts", "_parts_len", "_first_seq", "_last_seq", "_start", "_done")
+                 "_error", "_parts", "_parts_len", "_first_seq", "_last_seq", "_start")
 
     def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE, buffer_size: int = 1 << 20) -> None:
         if max_packet_size < 0 or buffer_size < 4:
@@ -130,7 +99,6 @@ class BufferedPacketReader:
         self._first_seq = -1
         self._last_seq = -1
         self._start = 0
-        self._done = (-1, -1, 0)  # (first seq, last seq, offset) of the packet returned last
 
     @property
     def buffered(self) -> int:
@@ -189,8 +157,7 @@ class BufferedPacketReader:
         event packets), each payload without that byte, at most ``limit`` of them, in one call.
 
         Stops before any other packet (ERR, EOF, a packet split into chunks or over the size limit,
-        one not complete yet), which :meth:`next_payload` then returns or raises. Unlike
-        :meth:`next_payload` it does not record sequence ids (:class:`PacketReader` does not use it).
+        one not complete yet), which :meth:`next_payload` then returns or raises.
         """
         if self._error is not None or self._first_seq >= 0 or limit <= 0:
             return []
@@ -244,7 +211,6 @@ class BufferedPacketReader:
                 chunk = b"".join(self._parts)
                 self._parts.clear()
                 self._parts_len = 0
-            self._done = (self._first_seq, seq, self._start)
             self._first_seq = self._last_seq = -1
             return chunk
 
@@ -278,32 +244,6 @@ class BufferedPacketReader:
         self._buf, self._view, self._ro = buf, view, view.toreadonly()
         self._consumed += self._pos
         self._pos, self._end = 0, tail
-
-
-class PacketReader(BufferedPacketReader):
-    """Incremental packet parser: :meth:`feed` bytes, take :class:`Packet` s from :meth:`next_packet`.
-
-    The parser of :class:`BufferedPacketReader` (the same framing, limits and errors), returning each
-    payload as ``bytes`` with its sequence ids and stream offset. The result does not depend on how
-    the input was split into ``feed`` calls.
-    """
-
-    __slots__ = ()
-
-    def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> None:
-        """``max_packet_size``: largest joined payload accepted (bytes); more raises ProtocolError."""
-        super().__init__(max_packet_size, buffer_size=1 << 16)
-
-    def next_packet(self) -> Packet | None:
-        """The next complete packet, or None when more data is needed (or at a clean EOF).
-
-        Raises what :meth:`BufferedPacketReader.next_payload` raises.
-        """
-        payload = self.next_payload()
-        if payload is None:
-            return None
-        first, last, offset = self._done
-        return Packet(bytes(payload), first, last, offset)
 
 
 def _unshared(buf: bytearray) -> bool:
@@ -349,15 +289,6 @@ def encode_packet(payload: bytes | bytearray | memoryview, seq: int) -> bytes:
 def is_err(payload: bytes | bytearray | memoryview) -> bool:
     """True when ``payload`` is an ERR packet (first byte 0xFF)."""
     return len(payload) > 0 and payload[0] == 0xFF
-
-
-def is_ok(payload: bytes | bytearray | memoryview) -> bool:
-    """True when ``payload`` is an OK packet (0x00 header, at least 7 bytes).
-
-    Only meaningful for command replies: inside a binlog stream every event
-    packet also starts with 0x00.
-    """
-    return len(payload) >= 7 and payload[0] == 0x00
 
 
 def is_eof(payload: bytes | bytearray | memoryview) -> bool:

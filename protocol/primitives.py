@@ -15,7 +15,6 @@ try:  # ISA-L's CRC32 (the binlog's, zlib's polynomial) runs ~3x faster than zli
 except ImportError:  # pragma: no cover - isal has wheels for the usual platforms
     from zlib import crc32  # noqa: F401
 
-U8 = struct.Struct("<B")
 U16 = struct.Struct("<H")
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -76,12 +75,6 @@ def packed_bytes(view: memoryview, pos: int) -> tuple[memoryview, int]:
 def text(raw: bytes | memoryview, codec: str = "utf-8") -> str:
     """Decode identifiers and statements without ever failing (bad bytes are escaped)."""
     return bytes(raw).decode(codec, "backslashreplace")
-
-
-def bitmap_bits(raw: bytes | memoryview, count: int) -> list[bool]:
-    """The first ``count`` bits of a little-endian (LSB first) bitmap."""
-    value = int.from_bytes(raw, "little")
-    return [bool(value >> i & 1) for i in range(count)]
 
 
 def uuid_text(raw: bytes | memoryview) -> str:

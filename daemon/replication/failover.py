@@ -1,4 +1,4 @@
-"""Failover by GTID: which configured server may the daemon stream from next (issue 14, ARCHITECTURE.md "Failover").
+"""Failover by GTID: which configured server may the daemon stream from next (ARCHITECTURE.md "Failover").
 
 Two halves, kept apart:
 

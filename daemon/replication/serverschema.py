@@ -1,9 +1,9 @@
 """Column names for primaries that log no TABLE_MAP names: the schema history, seeded and repaired from the server.
 
 :class:`DaemonSchema` keeps the history file (``[schema] history_path``, by default
-``schema-history.jsonl`` beside the checkpoint) and the :class:`binlogd.library.schema.SchemaTracker` that
-follows the stream's DDL. The decoder only looks definitions up (no SQL inside decoding). The
-consumer hands it every event (:meth:`DaemonSchema.follow`):
+``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint) and the
+:class:`binlogd.library.schema.SchemaTracker` that follows the stream's DDL. The decoder only looks
+definitions up (no SQL inside decoding). The consumer hands it every event (:meth:`DaemonSchema.follow`):
 
 - a DDL's history entries are written durably before the event is passed on, so before the
   checkpoint can move past the DDL;
@@ -23,8 +23,7 @@ session's server in its first line, refuses (exit 8) a history of another source
 server is another of the same replication stream (a GTID failover), writes a re-anchor: a new ``source`` line
 and the tables' definitions as the new server holds them (checked against the DDL it logged since the resume
 GTID), after which entries use the new server's positions. The file is locked (``<history>.lock``) while the
-daemon runs. Its default path is ``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint; an older
-daemon's ``schema-history.jsonl`` there is adopted once when it is provably this source's (:meth:`_migrate`). A seed's
+daemon runs. A history that cannot be read stops the daemon with one line naming the file (exit 8). A seed's
 tables that no DDL logged between its position and the server's current position names are valid from
 its position; the others only from that current position (before it they are named by the stream's own
 DDL, or positional), and those DDL named while the seed read the definitions not at all.
@@ -34,11 +33,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path, PosixPath
+from pathlib import Path
 
 from binlogd.daemon.replication.schemaqueries import ServerSchema, server_errors
 from binlogd.daemon.state import CheckpointError
-from binlogd.library.atomicfile import fsync_dir
 from binlogd.library.schema import (
     Entry,
     HistoryWriter,
@@ -68,40 +66,18 @@ class SchemaHistoryUnusable(CheckpointError):
     fatal = True
 
 
-LEGACY_NAME = "schema-history.jsonl"   # the default path before histories were named after their checkpoint
-
-
-class DefaultHistoryPath(PosixPath):
-    """A history path that is the default one (not configured): an older default beside it may be adopted."""
-
-
 def history_path(configured: str, checkpoint_path: str) -> Path:
-    """``[schema] history_path``, or ``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint when empty
-    (a :class:`DefaultHistoryPath`): two daemons with different checkpoints never share a history."""
+    """``[schema] history_path``, or ``<checkpoint stem>.schema-history.jsonl`` beside the checkpoint when empty:
+    two daemons with different checkpoints never share a history."""
     if configured:
         return Path(configured)
     checkpoint = Path(checkpoint_path)
-    return DefaultHistoryPath(checkpoint.parent / f"{checkpoint.stem}.schema-history.jsonl")
+    return checkpoint.parent / f"{checkpoint.stem}.schema-history.jsonl"
 
 
 def _recorded(latest: Source, entries: list[Entry]) -> list[str]:
     """The GTIDs a history recorded in its latest epoch: its ``source`` line's and its entries'."""
     return [latest.gtid, *(e.gtid for e in entries if e.epoch == latest.epoch and e.gtid)]
-
-
-def _checkpoints(directory: Path) -> list[str]:
-    """The names of the checkpoint files in ``directory`` (small files that parse as one)."""
-    from binlogd.library.checkpointfile import Checkpoint
-
-    out = []
-    for path in sorted(directory.iterdir()):
-        try:
-            if path.is_file() and path.stat().st_size < 1 << 20 and not path.name.endswith((".lock", ".jsonl")):
-                Checkpoint.parse(path.read_bytes())
-                out.append(path.name)
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 def _named(names: set | None, schema: str, table: str) -> bool:
@@ -122,8 +98,6 @@ class DaemonSchema:
     """
 
     def __init__(self, path: str | os.PathLike, server: ServerSchema, selected, metrics, log):
-        # the default path (not configured) may adopt the older default beside it (see _migrate)
-        self._legacy = Path(path).with_name(LEGACY_NAME) if isinstance(path, DefaultHistoryPath) else None
         self.path = Path(path)
         self.source: Source | None = None
         self.server, self.selected, self.metrics, self.log = server, selected, metrics, log
@@ -146,7 +120,7 @@ class DaemonSchema:
         """Start a session on the server ``info`` (a ServerInfo) describes, resuming at ``resume`` (a
         ResumeState): call it at every session start, after :meth:`ServerSchema.reconnect`.
 
-        - A history with no ``source`` line yet (new, or an older daemon's) records this server first.
+        - A history with no ``source`` line yet (new, or ``binlogd schema build``'s) records this server first.
         - The same server as the history's latest ``source`` line: the history at the resume position.
         - Another server whose GTID state holds the GTIDs the history recorded (one replication stream): a
           re-anchor (:meth:`_reanchor`); from then on entries use this server's positions.
@@ -168,7 +142,7 @@ class DaemonSchema:
                                   f"({exc})") from exc
         current = Source(info.flavor, int(info.server_id), info.server_uuid or "", basename(current_file), gtids,
                          position.file, int(position.pos))
-        sources, entries = self._load(current, state)
+        sources, entries = self._load()
         latest = sources[-1] if sources else None
         if latest is None:
             self._write_source(current, [])
@@ -196,17 +170,15 @@ class DaemonSchema:
         else:
             self.tracker.start_at(position.file, position.pos)
 
-    def _load(self, current: Source | None = None, state: str = "") -> tuple[list[Source], list[Entry]]:
-        """Lock and open the history (adopting the older default first: :meth:`_migrate`), then read it.
+    def _load(self) -> tuple[list[Source], list[Entry]]:
+        """Lock and open the history, then read it: its ``source`` lines and entries.
 
         Raises:
-            SchemaHistoryUnusable: locked, not adoptable, or unreadable.
+            SchemaHistoryUnusable: locked, or unreadable (one line naming the file, and the line for a bad entry).
         """
         try:
             if self._writer is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                if current is not None:
-                    self._migrate(current, state)
                 self._writer = HistoryWriter(self.path, lock=True)
             return load_history(self.path)
         except SchemaHistoryLocked as exc:
@@ -216,39 +188,6 @@ class DaemonSchema:
                 self._writer.close()
                 self._writer = None
             raise SchemaHistoryUnusable(f"schema history {self.path}: {exc}") from exc
-
-    def _migrate(self, current: Source, state: str) -> None:
-        """Adopt an older daemon's ``schema-history.jsonl`` as this default path, once (renamed, with a log
-        line): when this path does not exist yet, and the old file records this source (the same server, or
-        its GTIDs are in this server's state), or it records none and at most one checkpoint is in the
-        directory. Otherwise refuse: it may be another daemon's.
-
-        Raises:
-            SchemaHistoryUnusable: the old file is another source's, or whose it is cannot be told.
-            SchemaHistoryError, OSError: it cannot be read or renamed.
-        """
-        legacy = self._legacy
-        if legacy is None or self.path.exists() or not legacy.exists():
-            return
-        sources, entries = load_history(legacy)
-        if sources:
-            latest = sources[-1]
-            ok = same_server(latest, current) or stream_holds(current.flavor, _recorded(latest, entries), state)
-            why = f"it belongs to {latest.describe()}, not to this daemon's source {current.describe()}"
-        else:
-            checkpoints = _checkpoints(legacy.parent)
-            ok = len(checkpoints) <= 1
-            why = (f"it records no source and {len(checkpoints)} checkpoints share its directory "
-                   f"({', '.join(checkpoints)})")
-        if not ok:
-            raise SchemaHistoryUnusable(
-                f"schema history {legacy} (the default path before histories were named after their checkpoint) "
-                f"cannot be adopted as {self.path}: {why}; set [schema] history_path = \"{legacy}\" for the "
-                "daemon whose history it is, or move it away to start a new history")
-        os.rename(legacy, self.path)
-        fsync_dir(self.path.parent)
-        self.log.warning("schema history: adopted %s as %s (the default history path is now <checkpoint "
-                         "stem>.schema-history.jsonl)", legacy, self.path)
 
     async def _reanchor(self, sources: list[Source], entries: list[Entry], latest: Source, current: Source,
                         position) -> None:

@@ -1,4 +1,4 @@
-"""Schema history: the right column names at every binlog position (issue 15).
+"""Schema history: the right column names at every binlog position.
 
 Layers: :mod:`.model` (table definitions, the check against a TABLE_MAP), :mod:`.sqltext` (comments
 and statements as the server reads them), :mod:`.ddl` (DDL parsed with sqlglot into the plain change

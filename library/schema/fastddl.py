@@ -1,7 +1,7 @@
 """A fast path for the two DDL statements nearly every stream starts with, read without sqlglot.
 
 Importing sqlglot costs 70-100 ms; a CDC start whose backlog holds nothing but ``CREATE DATABASE d`` and a
-plain ``CREATE TABLE`` should not pay it (issues 16/18). :func:`parse` reads exactly these forms by hand:
+plain ``CREATE TABLE`` should not pay it. :func:`parse` reads exactly these forms by hand:
 
 - ``CREATE DATABASE|SCHEMA [IF NOT EXISTS] name [[DEFAULT] CHARACTER SET|CHARSET [=] x] [[DEFAULT] COLLATE
   [=] y]``;

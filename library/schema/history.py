@@ -260,11 +260,6 @@ class SchemaTracker:
         """A table's current state: its TableDef, ``"unknown"``, or None when never seen."""
         return self.catalog.tables.get((schema, table))
 
-    def mismatched(self, event) -> bool:
-        """True when a TABLE_MAP came out with positional names although a definition of its table is known
-        (the definition does not agree with the TABLE_MAP)."""
-        return bool(event.columns) and event.columns[0].name is None and (event.schema, event.table) in self._schemas
-
     # ------------------------------------------------------------ moving forward
 
     def _key(self, file: str, pos: int) -> tuple:

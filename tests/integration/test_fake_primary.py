@@ -359,21 +359,21 @@ async def test_fake_refuses_a_replica_that_does_not_announce_checksums():
     import aiomysql
 
     from binlogd.protocol.commands import com_binlog_dump_gtid, com_register_slave
-    from binlogd.protocol.packet import PacketReader, encode_packet, parse_err
+    from binlogd.protocol.packet import BufferedPacketReader, encode_packet, parse_err
 
     async def main():
         async with FakePrimary(binlog(F57), password=PASSWORD) as primary:
             conn = await aiomysql.connect(host="127.0.0.1", port=primary.port, user="repl", password=PASSWORD)
             try:
                 reader, writer = conn._reader, conn._writer
-                packets = PacketReader()
+                packets = BufferedPacketReader()
                 writer.write(encode_packet(com_register_slave(7), 0))
                 writer.write(encode_packet(com_binlog_dump_gtid(7, "", 4, MysqlGtidSet.parse(f"{U57}:1-10")), 0))
                 got = []
                 while len(got) < 2:
                     packets.feed(await asyncio.wait_for(reader.read(65536), 5))
-                    while (p := packets.next_packet()) is not None:
-                        got.append(p.payload)
+                    while (p := packets.next_payload()) is not None:
+                        got.append(bytes(p))
                 return got
             finally:
                 conn.close()

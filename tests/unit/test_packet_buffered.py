@@ -1,20 +1,21 @@
-"""protocol.packet.BufferedPacketReader: the same packets and errors as PacketReader, without copies.
+"""protocol.packet.BufferedPacketReader, received into as asyncio.BufferedProtocol does: payloads without copies.
 
-Every stream is compared with PacketReader's reading of it, received through get_buffer() /
-buffer_updated() (as asyncio.BufferedProtocol does) in many splittings, with buffers small
-enough that the unparsed tail keeps moving to new buffers.
+Every stream is received through get_buffer() / buffer_updated() in many splittings, with buffers small
+enough that the unparsed tail keeps moving to new buffers, and must give the payloads it was made of. A
+payload is a view of the buffer it was received into (``payload.obj``): that is how buffer reuse is seen.
 """
 
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from binlogd.protocol.errors import ProtocolError, TruncatedError
-from binlogd.protocol.packet import MAX_CHUNK, BufferedPacketReader, PacketReader
+from binlogd.protocol.packet import MAX_CHUNK, BufferedPacketReader
 
 
 def header(length: int, seq: int) -> bytes:
@@ -43,26 +44,17 @@ def receive(reader: BufferedPacketReader, data: bytes, sizes) -> list:
     return out
 
 
-def reference(data: bytes) -> list[bytes]:
-    r = PacketReader()
-    r.feed(data)
-    out = []
-    while (p := r.next_packet()) is not None:
-        out.append(p.payload)
-    return out
-
-
 def stream(payloads: list[bytes]) -> bytes:
     return b"".join(header(len(p), i & 0xFF) + p for i, p in enumerate(payloads))
 
 
 @pytest.mark.parametrize("buffer_size", [4, 64, 1000, 1 << 20])
 @pytest.mark.parametrize("sizes", [[1], [7, 1, 4096, 3, 65537, 2], [1 << 20]])
-def test_same_payloads_as_packet_reader(buffer_size, sizes):
+def test_payloads_whatever_the_buffer_and_split(buffer_size, sizes):
     payloads = [b"", b"a", b"\x00" + bytes(range(256)) * 3, b"x" * 70_000, b"yz"] * 3
     data = stream(payloads)
     got = receive(BufferedPacketReader(buffer_size=buffer_size), data, sizes)
-    assert [bytes(p) for p in got] == reference(data) == payloads
+    assert [bytes(p) for p in got] == payloads
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,22 +74,25 @@ def test_payloads_are_read_only_views_that_stay_valid():
     assert [bytes(p) for p in got] == payloads  # still intact after many buffer moves
 
 
+def buffer_of(reader: BufferedPacketReader, seq: int, size: int) -> bytearray:
+    """Receive one 70,000-byte packet; the buffer its payload was received into (no view of it kept)."""
+    (payload,) = receive(reader, header(70_000, seq) + bytes([seq]) * 70_000, [size])
+    assert bytes(payload) == bytes([seq]) * 70_000
+    return payload.obj
+
+
 def test_spare_buffer_reused_only_when_no_view_is_alive():
     size = 1 << 17
     r = BufferedPacketReader(buffer_size=size)
-    first = r._buf
-    a = receive(r, header(70_000, 0) + b"A" * 70_000, [size])[0]
-    receive(r, header(70_000, 1) + b"B" * 70_000, [size])  # moves on; the first buffer is retired
-    second = r._buf
+    (a,) = receive(r, header(70_000, 0) + b"A" * 70_000, [size])
+    first = a.obj
+    second = buffer_of(r, 1, size)  # moves on; the first buffer is retired
     assert second is not first
-    receive(r, header(70_000, 2) + b"C" * 70_000, [size])  # a's view is alive: a new buffer
-    third = r._buf
+    third = buffer_of(r, 2, size)  # a's view is alive: a new buffer
     assert third is not first and third is not second and bytes(a) == b"A" * 70_000
     del a
-    receive(r, header(70_000, 3) + b"D" * 70_000, [size])  # no view of the first buffer now: reused
-    assert r._buf is first
-    receive(r, header(70_000, 4) + b"E" * 70_000, [size])  # then the oldest free one again
-    assert r._buf is second
+    assert buffer_of(r, 3, size) is first  # no view of the first buffer now: reused
+    assert buffer_of(r, 4, size) is second  # then the oldest free one again
 
 
 def test_feed_copies_and_matches():
@@ -246,15 +241,23 @@ def test_spare_check_never_reallocates():
     assert len(buf) == 1 << 20 and sys.getsizeof(buf) == allocated
 
 
-def test_spares_kept_are_bounded_in_bytes(monkeypatch):
-    from binlogd.protocol import packet
-
-    size = 1 << 17
-    monkeypatch.setattr(packet, "_SPARE_BYTES", 3 * size)  # three buffers of this size
-    r = BufferedPacketReader(buffer_size=size)
-    held = []  # a view of every buffer: none can be reused, each move retires one
-    for i in range(8):
-        held += receive(r, header(70_000, i) + bytes([i]) * 70_000, [size])
-        assert len(r._spares) <= 3
-    assert len(r._spares) == 3
-    assert [bytes(p) for p in held] == [bytes([i]) * 70_000 for i in range(8)]
+@pytest.mark.parametrize("size", [1 << 17, 1 << 22])
+def test_spares_kept_are_bounded_in_bytes(size):
+    """Retired buffers are kept up to 16 MiB (at least two): what the reader holds once no view is alive."""
+    count = 12
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        r = BufferedPacketReader(buffer_size=size)
+        held = []  # a view of every buffer: none can be reused, each move retires one
+        for i in range(count):
+            held += receive(r, header(size - 20_000, i) + bytes([i]) * (size - 20_000), [size])
+        assert [bytes(p) for p in held] == [bytes([i]) * (size - 20_000) for i in range(count)]
+        all_alive = tracemalloc.get_traced_memory()[0] - base
+        del held
+        kept = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    spares = max(2, (16 << 20) // size)
+    assert all_alive >= count * size
+    assert (min(spares, count - 1) + 1) * size <= kept < (min(spares, count - 1) + 1) * size + 100_000, kept

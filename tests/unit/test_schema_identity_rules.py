@@ -1,6 +1,5 @@
-"""Issue 26, without servers: whose history it is (library.schema.identity), epochs in the tracker, the lock,
-and the daemon's migration of an older default history. The real-server paths: tests/integration/
-test_schema_identity.py."""
+"""Without servers: whose history it is (library.schema.identity), epochs in the tracker, the lock, and the
+daemon's refusal of a history it cannot read. The real-server paths: tests/integration/test_schema_identity.py."""
 
 from __future__ import annotations
 
@@ -10,14 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from binlogd.daemon.replication.schemaqueries import ServerSchema, _mariadb_at_or_before
+from binlogd.daemon.replication.schemaqueries import _mariadb_at_or_before
 from binlogd.daemon.replication.serverschema import (
     DaemonSchema,
-    DefaultHistoryPath,
     SchemaHistoryUnusable,
     history_path,
 )
-from binlogd.library.checkpointfile import Checkpoint
 from binlogd.library.schema.history import (
     Entry,
     HistoryWriter,
@@ -157,49 +154,41 @@ def test_the_history_lock_keeps_a_second_writer_out(tmp_path):
 
 
 def test_the_default_path_follows_the_checkpoints_name():
-    p = history_path("", "/var/lib/binlogd/a-checkpoint.json")
-    assert isinstance(p, DefaultHistoryPath) and str(p) == "/var/lib/binlogd/a-checkpoint.schema-history.jsonl"
-    assert not isinstance(history_path("/x/h.jsonl", "/c.json"), DefaultHistoryPath)
+    assert str(history_path("", "/var/lib/binlogd/a-checkpoint.json")) == \
+        "/var/lib/binlogd/a-checkpoint.schema-history.jsonl"
+    assert str(history_path("/x/h.jsonl", "/c.json")) == "/x/h.jsonl"
 
 
-def _daemon_schema(path) -> DaemonSchema:
-    return DaemonSchema(path, ServerSchema(None), lambda s, t: True, None, logging.getLogger("test"))
+class _Server:
+    """The ServerSchema calls attach makes before it reads the history: the binlog's file and GTID state."""
+
+    async def stream_facts(self, flavor: str) -> tuple[str, str]:
+        return "binlog.000001", "0-1-9"
 
 
-def _checkpoint(path: Path) -> None:
-    path.write_bytes(Checkpoint(Position("binlog.000001", 4)).to_bytes())
+def _attach(path: Path) -> DaemonSchema:
+    import asyncio
+    from types import SimpleNamespace
+
+    schema = DaemonSchema(path, _Server(), lambda s, t: True, None, logging.getLogger("test"))
+    info = SimpleNamespace(flavor="mariadb", server_id=1, server_uuid="")
+    asyncio.run(schema.attach(info, SimpleNamespace(position=Position("binlog.000001", 4, gtid_list="0-1-9"))))
+    return schema
 
 
-def test_an_older_default_is_adopted_only_when_it_is_provably_this_daemons(tmp_path, caplog):
-    me = Source("mariadb", 1, "", "binlog", "0-1-9")
-    old = [Entry("binlog.000001", 100, None, "d", "t", table("id", "a"), "seed")]
-    _history(tmp_path / "schema-history.jsonl", old)
-    _checkpoint(tmp_path / "checkpoint.json")
-    schema = _daemon_schema(history_path("", str(tmp_path / "checkpoint.json")))
-    with caplog.at_level(logging.WARNING):
-        schema._migrate(me, "0-1-9")
-    assert "adopted" in caplog.text
-    assert not (tmp_path / "schema-history.jsonl").exists()
-    assert load_history(tmp_path / "checkpoint.schema-history.jsonl")[1] == old
-    # two checkpoints, no source line: refused
-    two = tmp_path / "two"
-    two.mkdir()
-    _history(two / "schema-history.jsonl", old)
-    _checkpoint(two / "a.json")
-    _checkpoint(two / "b.json")
-    with pytest.raises(SchemaHistoryUnusable, match=r"2 checkpoints share its directory \(a.json, b.json\)"):
-        _daemon_schema(history_path("", str(two / "a.json")))._migrate(me, "0-1-9")
-    # another source's: refused; this stream's (a failover target holding its GTIDs): adopted
-    three = tmp_path / "three"
-    three.mkdir()
-    _history(three / "schema-history.jsonl", [Source("mariadb", 5, "", "binlog", "0-5-3").to_obj(), *old])
-    with pytest.raises(SchemaHistoryUnusable, match="belongs to mariadb server_id 5"):
-        _daemon_schema(history_path("", str(three / "c.json")))._migrate(me, "0-1-9")
-    _daemon_schema(history_path("", str(three / "c.json")))._migrate(me, "0-1-9,0-5-3")
-    assert (three / "c.schema-history.jsonl").exists()
-    # a configured path never adopts anything
-    four = tmp_path / "four"
-    four.mkdir()
-    _history(four / "schema-history.jsonl", old)
-    _daemon_schema(four / "mine.schema-history.jsonl")._migrate(me, "")
-    assert (four / "schema-history.jsonl").exists()
+def test_an_unreadable_history_is_refused_with_one_line_naming_it(tmp_path):
+    good = tmp_path / "good.jsonl"
+    _history(good, [Entry("binlog.000001", 100, None, "d", "t", table("id", "a"), "seed")])
+    assert _attach(good).source.server_id == 1                  # no source line yet: this server is recorded
+    assert [s.server_id for s in load_history(good)[0]] == [1]
+    bad = tmp_path / "bad.jsonl"
+    stray = b'{"file": "binlog.000001", "pos": 4, "sql": "CREATE TABLE t (a INT)"}\n'
+    bad.write_bytes(stray)
+    with pytest.raises(SchemaHistoryUnusable) as refused:
+        _attach(bad)
+    assert str(refused.value).startswith(f"schema history {bad}: {bad}: line 1 is not a schema history entry")
+    assert "\n" not in str(refused.value) and refused.value.fatal
+    assert bad.read_bytes() == stray
+    (tmp_path / "schema-history.jsonl").write_bytes(stray)     # beside a default path: not read, not moved
+    default = history_path("", str(tmp_path / "checkpoint.json"))
+    assert _attach(default).source.server_id == 1 and (tmp_path / "schema-history.jsonl").read_bytes() == stray
