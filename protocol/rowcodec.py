@@ -105,9 +105,9 @@ def _string_convert(src: _Source, col: Column) -> str:
     return "str({raw}, " + name + ", 'backslashreplace')"
 
 
-def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
-    """Generated statements that decode one non-NULL value of ``col`` at ``p`` into the local ``key``."""
-    t, m, i = col.type, col.meta, col.index
+def _number_lines(src: _Source, col: Column, key: str) -> list[str] | None:
+    """Integers, floats, YEAR, DECIMAL and BIT; None for another type."""
+    t, m = col.type, col.meta
     if t in _INT_FORMATS:
         size, signed, unsigned = _INT_FORMATS[t]
         if t == T.TINY and col.unsigned:
@@ -122,6 +122,39 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
         return [f"{key} = _f64(v, p)[0]", "p += 8"]
     if t == T.YEAR:
         return [f"{key} = _year(v[p])", "p += 1"]
+    if t == T.NEWDECIMAL:
+        return _decimal_lines(src, col, key)
+    if t == T.BIT:
+        bits, nbytes = m
+        size = (nbytes * 8 + bits + 7) // 8
+        return [f"{key} = _int(v[p:p + {size}], 'big')", f"p += {size}"]
+    return None
+
+
+def _decimal_lines(src: _Source, col: Column, key: str) -> list[str]:
+    """DECIMAL(prec, scale): one integer and one fraction group split inline, any other by its decoder."""
+    (prec, scale), i = col.meta, col.index
+    valid = 0 < prec <= 65 and 0 <= scale <= min(prec, 30)
+    size = V.decimal_size(prec, scale) if valid else 0
+    if valid and prec <= 18 and scale and prec - scale <= 9 and scale <= 9:
+        # One integer group and one fraction group: split one big-endian integer inline.
+        frac_bits = 8 * V.decimal_size(scale, scale)
+        sign = 1 << (8 * size - 1)
+        message = src.const(f"_msg{i}", f"DECIMAL({prec},{scale}) has an out-of-range digit group")
+        return [f"x = _int(v[p:p + {size}], 'big')",
+                f"if x & {sign}: x ^= {sign}; s = ''",
+                f"else: x ^= {sign ^ ((1 << 8 * size) - 1)}; s = '-'",
+                f"w = x >> {frac_bits}; f = x & {(1 << frac_bits) - 1}",
+                f"if w >= {10 ** (prec - scale)} or f >= {10 ** scale}: raise _err({message})",
+                f"{key} = '%s%d.%0{scale}d' % ('' if not (w or f) else s, w, f)",
+                f"p += {size}"]
+    fn = src.const(f"_dec{i}", V.decimal_decoder(prec, scale))
+    return [f"{key} = {fn}(v, p)", f"p += {size}"]
+
+
+def _time_lines(col: Column, key: str) -> list[str] | None:
+    """Dates, times, datetimes and timestamps (old and fractional forms); None for another type."""
+    t, m = col.type, col.meta
     if t in (T.DATE, T.NEWDATE):
         return ["x = v[p] | v[p + 1] << 8 | v[p + 2] << 16", f"{key} = _dates.get(x) or _date(x)", "p += 3"]
     if t == T.TIME:
@@ -130,44 +163,32 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
         return [f"{key} = _odt(_u64(v, p)[0])", "p += 8"]
     if t == T.TIMESTAMP:
         return [f"{key} = _utc(_u32(v, p)[0])", "p += 4"]
+    if t not in (T.TIME2, T.DATETIME2, T.TIMESTAMP2):
+        return None
+    fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
     if t == T.DATETIME2:
-        fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
-        nfrac = (fsp + 1) // 2
-        lines = ["x = _int(v[p:p + 5], 'big') - 0x8000000000",
-                 "y = x >> 17", "z = x & 0x1FFFF",
-                 "d = (_ymds.get(y) or _ymd(y)) + ' ' + (_times.get(z) or _hms(z))"]
-        if fsp == 6:
-            lines.append("d += '.%06d' % (v[p + 5] << 16 | v[p + 6] << 8 | v[p + 7])")
-        elif nfrac:
-            unit = (10_000, 100, 1)[nfrac - 1]
-            lines.append(f"d += '.' + ('%06d' % (_int(v[p + 5:p + {5 + nfrac}], 'big') * {unit}))[:{fsp}]")
-        return lines + [f"{key} = d", f"p += {5 + nfrac}"]
-    if t in (T.TIME2, T.DATETIME2, T.TIMESTAMP2):
-        fsp = m if isinstance(m, int) and 0 <= m <= 6 else 0
-        base, fn = {T.TIME2: (3, "_time2"), T.DATETIME2: (5, "_dt2"), T.TIMESTAMP2: (4, "_ts2")}[t]
-        return [f"{key} = {fn}(v, p, {fsp})", f"p += {base + (fsp + 1) // 2}"]
-    if t == T.NEWDECIMAL:
-        prec, scale = m
-        valid = 0 < prec <= 65 and 0 <= scale <= min(prec, 30)
-        size = V.decimal_size(prec, scale) if valid else 0
-        if valid and prec <= 18 and scale and prec - scale <= 9 and scale <= 9:
-            # One integer group and one fraction group: split one big-endian integer inline.
-            frac_bits = 8 * V.decimal_size(scale, scale)
-            sign = 1 << (8 * size - 1)
-            message = src.const(f"_msg{i}", f"DECIMAL({prec},{scale}) has an out-of-range digit group")
-            return [f"x = _int(v[p:p + {size}], 'big')",
-                    f"if x & {sign}: x ^= {sign}; s = ''",
-                    f"else: x ^= {sign ^ ((1 << 8 * size) - 1)}; s = '-'",
-                    f"w = x >> {frac_bits}; f = x & {(1 << frac_bits) - 1}",
-                    f"if w >= {10 ** (prec - scale)} or f >= {10 ** scale}: raise _err({message})",
-                    f"{key} = '%s%d.%0{scale}d' % ('' if not (w or f) else s, w, f)",
-                    f"p += {size}"]
-        fn = src.const(f"_dec{i}", V.decimal_decoder(prec, scale))
-        return [f"{key} = {fn}(v, p)", f"p += {size}"]
-    if t == T.BIT:
-        bits, nbytes = m
-        size = (nbytes * 8 + bits + 7) // 8
-        return [f"{key} = _int(v[p:p + {size}], 'big')", f"p += {size}"]
+        return _datetime2_lines(fsp, key)
+    base, fn = {T.TIME2: (3, "_time2"), T.TIMESTAMP2: (4, "_ts2")}[t]
+    return [f"{key} = {fn}(v, p, {fsp})", f"p += {base + (fsp + 1) // 2}"]
+
+
+def _datetime2_lines(fsp: int, key: str) -> list[str]:
+    """DATETIME2(fsp) inline: 5 bytes of date and time, then (fsp + 1) // 2 bytes of fraction."""
+    nfrac = (fsp + 1) // 2
+    lines = ["x = _int(v[p:p + 5], 'big') - 0x8000000000",
+             "y = x >> 17", "z = x & 0x1FFFF",
+             "d = (_ymds.get(y) or _ymd(y)) + ' ' + (_times.get(z) or _hms(z))"]
+    if fsp == 6:
+        lines.append("d += '.%06d' % (v[p + 5] << 16 | v[p + 6] << 8 | v[p + 7])")
+    elif nfrac:
+        unit = (10_000, 100, 1)[nfrac - 1]
+        lines.append(f"d += '.' + ('%06d' % (_int(v[p + 5:p + {5 + nfrac}], 'big') * {unit}))[:{fsp}]")
+    return lines + [f"{key} = d", f"p += {5 + nfrac}"]
+
+
+def _member_lines(src: _Source, col: Column, key: str) -> list[str] | None:
+    """ENUM (its name) and SET (its names), or the number when the names are not known; None for another type."""
+    t, m, i = col.type, col.meta, col.index
     if t == T.ENUM:
         size = m if m in (1, 2) else 1
         lines = [f"x = _int(v[p:p + {size}], 'little')", f"p += {size}"]
@@ -182,24 +203,41 @@ def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
             names = src.const(f"_set{i}", col.set_values)
             return lines + [f"{key} = [s for b, s in enumerate({names}) if x >> b & 1]"]
         return lines + [f"{key} = x"]
+    return None
+
+
+def _bytes_lines(src: _Source, col: Column, key: str) -> list[str] | None:
+    """Length-prefixed values: strings, BLOBs, GEOMETRY, VECTOR, JSON; None for another type."""
+    t, m = col.type, col.meta
     if t == T.STRING and col.collation == BINARY_COLLATION:
         return _prefixed(key, 1 if m < 256 else 2, "_padded({raw}, " + str(m) + ")")
     if t in (T.VARCHAR, T.VAR_STRING, T.STRING):
         return _prefixed(key, 1 if m < 256 else 2, _string_convert(src, col))
+    prefix = m if m in (1, 2, 3, 4) else 4
     if t in BLOB_TYPES:
-        return _prefixed(key, m if m in (1, 2, 3, 4) else 4, _string_convert(src, col))
+        return _prefixed(key, prefix, _string_convert(src, col))
     if t == T.GEOMETRY:
-        return _prefixed(key, m if m in (1, 2, 3, 4) else 4, "_b64({raw})")
+        return _prefixed(key, prefix, "_b64({raw})")
     if t == T.VECTOR:
-        return _prefixed(key, m if m in (1, 2, 3, 4) else 4, "_vector({raw})")
+        return _prefixed(key, prefix, "_vector({raw})")
     if t == T.JSON:
-        lines = _prefixed(key, m if m in (1, 2, 3, 4) else 4, "_json({raw})")
-        lines[2] = f"{key} = _jdiff(v[p:p + n]) if {i} in partial else _json(v[p:p + n])"
+        lines = _prefixed(key, prefix, "_json({raw})")
+        lines[2] = f"{key} = _jdiff(v[p:p + n]) if {col.index} in partial else _json(v[p:p + n])"
         return lines
-    if t == T.NULL:
+    return None
+
+
+def _column_lines(src: _Source, col: Column, key: str) -> list[str]:
+    """Generated statements that decode one non-NULL value of ``col`` at ``p`` into the local ``key``."""
+    lines = (_number_lines(src, col, key) or _time_lines(col, key) or _member_lines(src, col, key)
+             or _bytes_lines(src, col, key))
+    if lines is not None:
+        return lines
+    if col.type == T.NULL:
         return [f"{key} = None"]
     # Never put data from the binlog (names, types) into generated source: only via constants.
-    message = src.const(f"_msg{i}", f"column {col.label!r} has type {int(t)}, which cannot appear in a row image")
+    message = src.const(f"_msg{col.index}",
+                        f"column {col.label!r} has type {int(col.type)}, which cannot appear in a row image")
     return [f"raise _err({message})"]
 
 
