@@ -1,5 +1,6 @@
 /* library._jsonrows: optional C writer of row images as JSON bytes (see library/jsonrows.py). */
 #include "_rowplan.h"
+#include "_jsonstr.h"
 #include <stddef.h>
 
 PyDoc_STRVAR(module_doc,
@@ -93,105 +94,19 @@ put_uint(char *o, uint64_t u)
 
 /* ------------------------------------------------------------------ JSON strings (as orjson writes them) */
 
-static const char HEX[] = "0123456789abcdef";
-
-/* 0: copied as is; 'u': \u00XX; else the letter after the backslash. */
-static const char ESCAPE[128] = {
-    'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'b', 't', 'n', 'u', 'f', 'r', 'u', 'u',
-    'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u',
-    0, 0, '"', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '\\', 0, 0, 0,
-};
-
-/* The top bit of each of the 8 bytes of v that may need a look: non-ASCII, a control character, '"'
- * or '\\'. A byte below 0x20 (x - 0x20) or equal to one of those (x ^ c, minus 1) wraps and sets its
- * top bit; its borrow may flag bytes above it too, but never one below: the lowest flag is exact. */
-static uint64_t
-special8(uint64_t v)
-{
-    const uint64_t ones = 0x0101010101010101ULL;
-    return (v | (v - ones * 0x20) | ((v ^ ones * '"') - ones) | ((v ^ ones * '\\') - ones)) & ones * 0x80;
-}
-
-/* The length of the well-formed UTF-8 character at s (n bytes left), 0 when there is none there:
- * the bytes Python's strict UTF-8 decoder rejects (overlongs, surrogates, past U+10FFFF, cut short). */
-static int
-utf8_char(const unsigned char *s, Py_ssize_t n)
-{
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    if (c < 0xC2 || c > 0xF4)
-        return 0;
-    if (c < 0xE0)
-        return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c < 0xF0) {
-        lo = c == 0xE0 ? 0xA0 : 0x80;
-        hi = c == 0xED ? 0x9F : 0xBF;
-        return n >= 3 && s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 ? 3 : 0;
-    }
-    lo = c == 0xF0 ? 0x90 : 0x80;
-    hi = c == 0xF4 ? 0x8F : 0xBF;
-    return n >= 4 && s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 ? 4 : 0;
-}
-
 /* A JSON string of the text in s: UTF-8, where a byte that is not part of a well-formed character
  * stands for itself as Python's "backslashreplace" writes it (\xNN), as the row dict would hold it. */
 static int
 put_string(Out *o, const unsigned char *s, Py_ssize_t n)
 {
     const unsigned char *end = s + n;
-    char *w;
     if (put(o, "\"", 1) < 0)
         return -1;
     while (s < end) {  /* in chunks: room for the worst case (6 bytes out per byte in) of 4 KiB at a time */
         const unsigned char *stop = end - s > 4096 ? s + 4096 : end;
         if (reserve(o, 6 * (stop - s) + 8) < 0)
             return -1;
-        for (w = o->s + o->len; s < stop;) {
-            uint64_t v, special;
-            if (stop - s >= 8) {  /* 8 bytes at a time up to the first that needs a look */
-                memcpy(&v, s, 8);
-                memcpy(w, s, 8);
-                int plain = (special = special8(v)) ? __builtin_ctzll(special) >> 3 : 8;
-                w += plain;
-                s += plain;
-                if (plain == 8)
-                    continue;
-            }
-            unsigned c = *s;
-            if (c < 0x80) {
-                char e = ESCAPE[c];
-                if (!e)
-                    *w++ = (char)c;
-                else if (e != 'u') {
-                    *w++ = '\\';
-                    *w++ = e;
-                }
-                else {
-                    memcpy(w, "\\u00", 4);
-                    w[4] = HEX[c >> 4];
-                    w[5] = HEX[c & 15];
-                    w += 6;
-                }
-                s++;
-                continue;
-            }
-            int k = utf8_char(s, end - s);
-            if (k) {  /* may end up to 3 bytes past stop: the 8 spare bytes hold it */
-                memcpy(w, s, (size_t)k);
-                w += k;
-                s += k;
-            }
-            else {
-                memcpy(w, "\\\\x", 3);
-                w[3] = HEX[c >> 4];
-                w[4] = HEX[c & 15];
-                w += 5;
-                s++;
-            }
-        }
-        o->len = w - o->s;
+        o->len = json_escape(o->s + o->len, &s, stop, end, 1) - o->s;
     }
     return put(o, "\"", 1);
 }

@@ -2,7 +2,7 @@
 
 aiomysql does the handshake, authentication and TLS; then binlogd takes the connection's transport
 over and reads raw replication packets itself (:mod:`binlogd.daemon.replication.connection`). Everything here is
-checked against the installed aiomysql by ``tests/unit/test_aiomysql_seam.py`` (pyproject allows
+checked against the installed aiomysql by ``tests/integration/test_aiomysql_seam.py`` (pyproject allows
 ``aiomysql>=0.2,<0.4``; tested with 0.3.2).
 
 - Passwords: MySQL's and MariaDB's clients send a password's UTF-8 bytes; aiomysql encodes it with
@@ -13,6 +13,8 @@ checked against the installed aiomysql by ``tests/unit/test_aiomysql_seam.py`` (
   ``_connect``). The signature is made with PyNaCl.
 - :func:`transport` and :func:`take_over`: the connection's transport (``Connection._writer``), and
   what its StreamReader already holds (``StreamReader._buffer``, ``_exception``, ``_eof``).
+- :func:`send_query`: a ``COM_QUERY`` sent without reading its result (``Connection._execute_command``), for the
+  snapshot's reader of result sets (:mod:`binlogd.daemon.snapshot.wire`).
 - Server warnings: aiomysql's cursor runs ``SHOW WARNINGS`` after a statement the server warned about and
   turns each warning into a Python ``warnings.warn`` (printed as two lines of aiomysql's source on stderr).
   :class:`_Cursor`, every connection's default cursor, overrides that private ``_show_warnings``: the
@@ -31,6 +33,7 @@ from pymysql.err import OperationalError
 from binlogd.protocol.records import record
 
 ER_NOT_SUPPORTED_AUTH_MODE = 1251
+COM_QUERY = 3
 
 
 def ed25519_response(password: bytes, scramble: bytes) -> bytes:
@@ -123,3 +126,13 @@ def take_over(conn: Connection) -> Held:
     data = bytes(reader._buffer)
     reader._buffer.clear()
     return Held(data, reader._exception, reader.at_eof() or reader._eof)
+
+
+async def send_query(conn: Connection, sql: str) -> None:
+    """Send ``sql`` as a ``COM_QUERY`` and return without reading anything of its result: the caller reads it
+    off the transport (:func:`take_over` first).
+
+    Raises:
+        pymysql.err.InterfaceError: the connection is closed; OperationalError 2013 when the write fails.
+    """
+    await conn._execute_command(COM_QUERY, sql)

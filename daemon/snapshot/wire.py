@@ -1,40 +1,35 @@
 """The snapshot's fast path: a chunk's result set read off the wire, its rows made JSON lines at once.
 
 PyMySQL's result reading (a coroutine per packet in aiomysql, then a Python converter per value) is most of a
-snapshot's time. Here the text-protocol result set of a ``COM_QUERY`` (column count, column definitions, EOF,
-one packet per row of length-encoded values, EOF) is read straight from the socket into one buffer, the
-connection's transport lent to a :class:`asyncio.BufferedProtocol` for the result's time (:func:`query_result`,
-the rows found by :func:`binlogd.protocol.textrows.scan`); then
-:func:`binlogd.protocol.textrows.lines` (C, or its Python twin) writes every row of the chunk as JSON in one
-call, each value in the form :meth:`TableInfo.row` gives (README "Values"; the table's :func:`plan`):
-:meth:`ChunkReader.lines` the whole change lines for a JSON-lines sink (the bytes its ``change`` would
-write), :meth:`ChunkReader.changes` change dicts whose ``after`` is an :class:`orjson.Fragment` for the others.
+snapshot's time. Here the text-protocol result set of a ``COM_QUERY`` is read straight from the socket into one
+buffer, the connection's transport lent to a :class:`asyncio.BufferedProtocol` for the result's time
+(:func:`query_result`; the packets parsed by :mod:`binlogd.protocol.textrows`, its ``header`` and ``scan``);
+then :func:`binlogd.library.textjson.lines` (C, or its Python twin) writes every row of the chunk as JSON in
+one call, each value in the form :meth:`TableInfo.row` gives (README "Values"), as the table's :func:`plan`
+says from its columns' types: :meth:`ChunkReader.lines` the whole change lines of the "binlogd" format (the
+bytes a sink's ``change`` would write for them), :meth:`ChunkReader.changes` change dicts whose ``after`` is
+an :class:`orjson.Fragment`, for a sink that takes no lines.
 
-It relies on aiomysql's ``_execute_command``, on :func:`binlogd.daemon.replication._aiomysql.transport` and
-``take_over``
-(the seams on aiomysql's internals), and on the connection not asking for CLIENT_DEPRECATE_EOF (PyMySQL never
+Every aiomysql internal it needs goes through :mod:`binlogd.daemon.replication._aiomysql` (``send_query``,
+``transport``, ``take_over``); it relies on the connection not asking for CLIENT_DEPRECATE_EOF (PyMySQL never
 does).
 """
 
 from __future__ import annotations
 
 import asyncio
-from base64 import b64encode
 
 import orjson
 
+from binlogd.daemon.replication import _aiomysql
 from binlogd.daemon.snapshot.tables import BYTE_TYPES, INT_TYPES, TableInfo, vector_values
+from binlogd.library import textjson
 from binlogd.library.serialize import dumps
 from binlogd.protocol import textrows
 from binlogd.protocol.values import float32
 
-COM_QUERY = 3
 _PACE = 0.001     # seconds a chunk's socket is left unread before each read (see _Buffer.more)
 _READ = 1 << 20   # get_buffer offers at least this much free space (one socket read takes what it holds)
-
-
-def _dq(v: bytes) -> bytes:
-    return b'"' + v + b'"'
 
 
 def _double(v: bytes) -> bytes:
@@ -49,16 +44,8 @@ def _bit(v: bytes) -> bytes:
     return str(int.from_bytes(v, "big")).encode()
 
 
-def _text(v: bytes) -> bytes:
-    return orjson.dumps(v.decode("utf-8", "replace"))
-
-
 def _set(v: bytes) -> bytes:
     return orjson.dumps(v.decode().split(",") if v else [])
-
-
-def _b64(v: bytes) -> bytes:
-    return b'"' + b64encode(v) + b'"'
 
 
 def _json(v: bytes) -> bytes:
@@ -69,48 +56,21 @@ def _vec(v: bytes) -> bytes:
     return orjson.dumps(vector_values(v))
 
 
-def _encoder(data_type: str):
-    """Raw text-protocol bytes of a ``data_type`` value -> its JSON bytes; None: the bytes are already JSON."""
-    if data_type in INT_TYPES:
-        return None
-    if data_type in ("decimal", "date", "datetime", "timestamp", "time"):
-        return _dq
-    if data_type == "double":
-        return _double
-    if data_type == "float":
-        return _float
-    if data_type == "bit":
-        return _bit
-    if data_type == "set":
-        return _set
-    if data_type == "json":
-        return _json
-    if data_type == "vector":
-        return _vec
-    if data_type in BYTE_TYPES:
-        return _b64
-    return _text
+#: A column's :data:`textjson kind <binlogd.library.textjson.RAW>` by its information_schema DATA_TYPE (any
+#: other: TEXT); FLOAT is read as a DOUBLE (:meth:`TableInfo.select_list`) and written as its float32.
+KINDS = {**dict.fromkeys(INT_TYPES, textjson.RAW), **dict.fromkeys(BYTE_TYPES, textjson.BASE64),
+         **dict.fromkeys(("decimal", "date", "datetime", "timestamp", "time"), textjson.QUOTED),
+         "double": textjson.DOUBLE, "bit": textjson.BIT, "float": textjson.CALL, "set": textjson.CALL,
+         "json": textjson.CALL, "vector": textjson.CALL}
+#: The Python function of a column by its DATA_TYPE: a CALL kind's converter, a BIT or DOUBLE kind's fallback.
+CALLS = {"double": _double, "bit": _bit, "float": _float, "set": _set, "json": _json, "vector": _vec}
 
 
-def after_encoder(info: TableInfo):
-    """``encode(values) -> bytes``: the JSON object ``{column: value}`` of one raw row (values as bytes or None),
-    the same JSON as ``dumps(info.row(...))`` of the row read through PyMySQL."""
-    prefixes = [orjson.dumps(name) + b":" for name in info.columns]
-    encoders = [_encoder(t) for t in info.types]
-    plan = list(zip(prefixes, encoders))
-
-    def encode(values: list) -> bytes:
-        parts = []
-        for (prefix, enc), v in zip(plan, values):
-            if v is None:
-                parts.append(prefix + b"null")
-            elif enc is None:
-                parts.append(prefix + v)
-            else:
-                parts.append(prefix + enc(v))
-        return b"{" + b",".join(parts) + b"}"
-
-    return encode
+def plan(info: TableInfo) -> textjson.Plan:
+    """The :class:`textjson.Plan` of ``info``'s columns, from their data types (:data:`KINDS`, :data:`CALLS`)."""
+    return textjson.Plan(bytes(KINDS.get(t, textjson.TEXT) for t in info.types),
+                         tuple(orjson.dumps(name) + b":" for name in info.columns),
+                         tuple(CALLS.get(t) for t in info.types), orjson.dumps)
 
 
 def _key(info: TableInfo, values: list) -> list:
@@ -120,15 +80,6 @@ def _key(info: TableInfo, values: list) -> list:
         binary = info.types[info.columns.index(name)] in BYTE_TYPES or info.types[info.columns.index(name)] == "bit"
         out.append({"hex": v.hex()} if binary else v.decode("utf-8", "surrogateescape"))
     return out
-
-
-def _fields(p: bytes, n: int) -> list:
-    """The ``n`` length-encoded values of a text-protocol row packet (None for NULL).
-
-    Raises:
-        ValueError: the packet does not hold ``n`` values.
-    """
-    return textrows.fields(p, n)
 
 
 def _raise_err(payload: bytes):
@@ -159,15 +110,6 @@ class ResultRows:
             return None
         return textrows.fields(textrows.payload(self.buf, self.last, self.end), self.columns)
 
-    def payloads(self) -> list[bytes]:
-        """Each row's payload (the packets of a row of 16 MiB or more joined)."""
-        out, pos = [], self.start
-        while pos < self.end:
-            nxt, _ = textrows._row_at(self.buf, pos, self.end)
-            out.append(textrows.payload(self.buf, pos, nxt))
-            pos = nxt
-        return out
-
 
 class _Buffer(asyncio.BufferedProtocol):
     """The bytes of one result set as read: ``data[:size]`` (``data`` may be longer: a buffer used again keeps
@@ -192,8 +134,6 @@ class _Buffer(asyncio.BufferedProtocol):
             OperationalError: 2013, the connection has ended.
         """
         from pymysql.err import OperationalError
-
-        from binlogd.daemon.replication import _aiomysql
 
         transport = _aiomysql.transport(conn)
         held = _aiomysql.take_over(conn)
@@ -270,7 +210,8 @@ class _Buffer(asyncio.BufferedProtocol):
 
 async def query_result(conn, sql: str, buffer: bytearray | None = None) -> ResultRows:
     """Run ``sql`` (one SELECT) on an aiomysql connection and read its whole result set straight from the
-    socket: the header (column count, definitions, EOF) framed here, the rows by :func:`textrows.scan`.
+    socket: the header (column count, definitions, EOF) by :func:`textrows.header`, the rows by
+    :func:`textrows.scan`.
     ``buffer``: a bytearray to read into (its old contents are overwritten; the result's rows are in it), else
     a new one. The connection is closed when the result could not be read to its end (an error, a cancel).
 
@@ -281,7 +222,7 @@ async def query_result(conn, sql: str, buffer: bytearray | None = None) -> Resul
     got = _Buffer(buffer)
     got.attach(conn)
     try:
-        await conn._execute_command(COM_QUERY, sql)
+        await _aiomysql.send_query(conn, sql)
         return await _read_result(got)
     finally:
         got.detach()
@@ -297,25 +238,13 @@ async def _read_result(got: _Buffer) -> ResultRows:
     """
     from pymysql.err import OperationalError
 
-    buf, pos, columns, skip = got.data, 0, -1, 0
-    while columns < 0 or skip:
-        if got.size - pos >= 4:
-            length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
-            if got.size - pos - 4 >= length:
-                payload = bytes(buf[pos + 4:pos + 4 + length])
-                pos += 4 + length
-                first = payload[0] if payload else 0
-                if first == 0xFF:
-                    got.whole = True
-                    _raise_err(payload)
-                if columns < 0:
-                    columns = first if first < 251 else payload[1] | payload[2] << 8   # 252: a 2-byte count
-                    skip = columns + 1
-                else:
-                    skip -= 1
-                continue
+    while (head := textrows.header(got.data, got.size)) is None:
         await got.more()
-    start, rows, last = pos, 0, -1
+    if isinstance(head, bytes):
+        got.whole = True
+        _raise_err(head)
+    start, columns = head
+    pos, rows, last = start, 0, -1
     while True:
         pos, n, at, done = got.scan(pos)
         rows += n
@@ -324,48 +253,13 @@ async def _read_result(got: _Buffer) -> ResultRows:
         if done:
             break
         await got.more()
-    length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
-    if pos + 4 + length != got.size:
+    end, payload = textrows.packet_at(got.data, pos, got.size)
+    if end != got.size:
         raise OperationalError(2027, "unexpected data after a snapshot chunk's result")
     got.whole = True
     if done == 2:
-        _raise_err(bytes(buf[pos + 4:pos + 4 + length]))
-    return ResultRows(buf, start, pos, rows, last, columns)
-
-
-async def query_packets(conn, sql: str) -> tuple[list[bytes], int]:
-    """Run ``sql`` (one SELECT); return the payloads of its row packets (a row of 16 MiB or more joined) and
-    its column count.
-
-    Raises:
-        pymysql.err.Error: as :func:`query_result`.
-    """
-    result = await query_result(conn, sql)
-    return result.payloads(), result.columns
-
-
-async def query_rows(conn, sql: str) -> list[list]:
-    """Run ``sql`` (one SELECT) and return its rows, each a list of raw values (bytes, None for NULL).
-
-    Raises:
-        pymysql.err.Error: as :func:`query_result`.
-    """
-    packets, columns = await query_packets(conn, sql)
-    return [_fields(p, columns) for p in packets]
-
-
-def plan(info: TableInfo) -> textrows.Plan:
-    """The :class:`textrows.Plan` of ``info``'s columns: each value in the form :func:`after_encoder` gives it."""
-    kinds, calls = [], []
-    for data_type in info.types:
-        enc = _encoder(data_type)
-        kind = (textrows.RAW if enc is None else textrows.QUOTED if enc is _dq else textrows.TEXT if enc is _text
-                else textrows.BASE64 if enc is _b64 else textrows.BIT if enc is _bit else textrows.DOUBLE
-                if enc is _double else textrows.CALL)
-        kinds.append(kind)
-        calls.append(enc if kind in (textrows.BIT, textrows.DOUBLE, textrows.CALL) else None)
-    return textrows.Plan(bytes(kinds), tuple(orjson.dumps(name) + b":" for name in info.columns), tuple(calls),
-                         orjson.dumps)
+        _raise_err(payload)
+    return ResultRows(got.data, start, pos, rows, last, columns)
 
 
 def _split_line(template: dict) -> list[bytes]:
@@ -375,24 +269,6 @@ def _split_line(template: dict) -> list[bytes]:
     if len(parts) != 3:
         raise ValueError("a NUL byte in a change's envelope")
     return parts
-
-
-def rows_json(info: TableInfo):
-    """``json(payloads) -> [bytes]``: text-protocol row payloads of ``info``'s columns to the JSON objects of
-    their ``after`` (what :func:`after_encoder` makes of their values)."""
-    table_plan = plan(info)
-
-    def rows(payloads) -> list[bytes]:
-        buf = b"".join(len(p).to_bytes(3, "little") + b"\0" + p for p in payloads)
-        return textrows.lines(buf, 0, len(buf), table_plan, b"", None, b"\n", 0).split(b"\n")[:-1]
-
-    return rows
-
-
-def row_json(info: TableInfo):
-    """``json(payload) -> bytes``: :func:`rows_json` for one row packet's payload (under 16 MiB)."""
-    rows = rows_json(info)
-    return lambda payload: rows((payload,))[0]
 
 
 class ChunkReader:
@@ -429,35 +305,50 @@ class ChunkReader:
             last = _key(info, [values[i] for i in self._key_at])
         return result, last
 
-    def lines(self, result: ResultRows, source: dict, ts: int, first: int, prefix: str) -> memoryview:
+    def lines(self, result: ResultRows, source: dict, ts: int, first: int, prefix: str,
+              last: bool = False) -> memoryview:
         """The rows of :meth:`fetch` as the JSON lines (each ending in a newline) that a sink in the "binlogd"
         format writes for the change dicts of :meth:`changes` (the same bytes), written into memory kept from
         chunk to chunk, two buffers in turn: a view of them, whose bytes stay as they are until the second call
-        after this one (a sink may still write them meanwhile).
+        after this one (a sink may still write them meanwhile). ``last``: the final row's ``source.snapshot``
+        is ``"last"`` (the snapshot's last row), as a change dict with that value set would be written.
 
         Raises:
             BufferError: a view of the buffer these lines go into is still held (not released since the call
                 before the last).
         """
         self._outs.reverse()
-        head, mid, tail = self._envelope(source, ts)
-        n = textrows.lines(result.buf, result.start, result.end, self.plan, head, mid, b'"' + tail, first,
-                           self._outs[0], b',"id":' + orjson.dumps(prefix + ":")[:-1])
-        return memoryview(self._outs[0])[:n]
+        out, again = self._outs[0], b',"id":' + orjson.dumps(prefix + ":")[:-1]
+        cut = result.last if last and result.rows else result.end
+        head, mid, tail = self._envelope(source, ts, False)
+        n = textjson.lines(result.buf, result.start, cut, self.plan, head, mid, tail, first, out, again)
+        if cut < result.end:
+            head, mid, tail = self._envelope(source, ts, True)
+            final = textjson.lines(result.buf, cut, result.end, self.plan, head, mid, tail, first + result.rows - 1,
+                                   None, again)
+            out[n:n + len(final)] = final
+            n += len(final)
+        return memoryview(out)[:n]
 
-    def _envelope(self, source: dict, ts: int) -> list[bytes]:
-        """(head, mid, tail) of :func:`textrows.lines` for these rows' change lines, less their ``id``."""
+    def _envelope(self, source: dict, ts: int, last: bool) -> list[bytes]:
+        """(head, mid, tail) of :func:`textjson.lines` for these rows' change lines, their ``id`` written
+        between mid and tail; ``last``: with ``source.snapshot`` ``"last"`` (in its place in ``source``, else
+        after ``id``)."""
+        src, extra = {**source, "row": orjson.Fragment(b"\0")}, b""
+        if last and "snapshot" in source:
+            src["snapshot"] = "last"
+        elif last:
+            extra = b',"snapshot":"last"'
         head, mid, tail = _split_line({"op": "read", "schema": self.info.schema, "table": self.info.table,
-                                       "before": None, "after": orjson.Fragment(b"\0"), "ts": ts,
-                                       "source": {**source, "row": orjson.Fragment(b"\0")}})
-        return [head, mid, tail + b"\n"]
+                                       "before": None, "after": orjson.Fragment(b"\0"), "ts": ts, "source": src})
+        return [head, mid, b'"' + extra + tail + b"\n"]
 
     def changes(self, result: ResultRows, source: dict, ts: int, first: int, prefix: str) -> list[dict]:
         """The rows of :meth:`fetch` as ``op: "read"`` change dicts whose ``after`` is an
         :class:`orjson.Fragment` of the row's JSON, with ``source`` plus ``row`` (from ``first``) and ``id``
         (``<prefix>:<row>``)."""
         schema, table, fragment = self.info.schema, self.info.table, orjson.Fragment
-        objects = textrows.lines(result.buf, result.start, result.end, self.plan, b"", None, b"\n", 0)
+        objects = textjson.lines(result.buf, result.start, result.end, self.plan, b"", None, b"\n", 0)
         return [{"op": "read", "schema": schema, "table": table, "before": None, "after": fragment(text),
                  "ts": ts, "source": {**source, "row": index, "id": f"{prefix}:{index}"}}
                 for index, text in enumerate(objects.split(b"\n")[:-1], first)]

@@ -1,10 +1,12 @@
-"""protocol.textrows: text-protocol rows to JSON, the C twin (``_textrows``) against the Python reference.
+"""Text-protocol rows: found by protocol.textrows (C twin ``_textrows``), written as JSON by library.textjson (C
+twin ``_textjson``), each C twin against its Python reference.
 
 - every column type the snapshot reads, NULLs, long values (2-, 3- and 8-byte lengths), a row of 16 MiB and
   more (several packets), invalid UTF-8, odd DOUBLE texts: C and Python give the same bytes, and each value
-  is what the value-by-value encoder of the snapshot (``after_encoder``) gives;
-- the change lines equal the sink's ``dumps`` of the change dicts; ``scan`` finds whole rows, EOF and ERR;
-- malformed rows raise ValueError in both; ``BINLOGD_PURE_PYTHON=1`` turns the C twin off.
+  is what a value-by-value encoder (:func:`after_encoder`, here) gives;
+- the change lines equal the sink's ``dumps`` of the change dicts, the snapshot's last row included;
+  ``scan`` finds whole rows, EOF and ERR; ``header`` walks the packets before the rows;
+- malformed rows raise ValueError in both; ``BINLOGD_PURE_PYTHON=1`` turns the C twins off.
 """
 
 from __future__ import annotations
@@ -15,21 +17,53 @@ import random
 import struct
 import subprocess
 import sys
+from base64 import b64encode
 
 import orjson
 import pytest
 
-from binlogd.daemon.snapshot.tables import TableInfo
-from binlogd.daemon.snapshot.wire import ChunkReader, ResultRows, after_encoder, plan
+from binlogd.daemon.snapshot.tables import BYTE_TYPES, INT_TYPES, TableInfo, vector_values
+from binlogd.daemon.snapshot.wire import ChunkReader, ResultRows, plan
+from binlogd.library import textjson
 from binlogd.library.serialize import dumps
 from binlogd.protocol import textrows
+from binlogd.protocol.values import float32
 
-C = textrows.C
-need_c = pytest.mark.skipif(C is None, reason="binlogd.protocol._textrows is not built (or BINLOGD_PURE_PYTHON)")
+C = textjson.C
+need_c = pytest.mark.skipif(C is None, reason="binlogd.library._textjson is not built (or BINLOGD_PURE_PYTHON)")
 
 TYPES = ("bigint", "int", "tinyint", "year", "decimal", "date", "datetime", "timestamp", "time", "double", "float",
          "bit", "set", "enum", "json", "varchar", "text", "longtext", "char", "blob", "varbinary", "binary",
          "geometry", "vector")
+
+
+def _encoder(data_type: str):
+    """Raw text-protocol bytes of a ``data_type`` value -> its JSON bytes, one value at a time (the reference the
+    plan's writers are held to); None: the bytes are already JSON."""
+    if data_type in INT_TYPES:
+        return None
+    if data_type in ("decimal", "date", "datetime", "timestamp", "time"):
+        return lambda v: b'"' + v + b'"'
+    if data_type in ("double", "float"):
+        return lambda v: orjson.dumps(float32(float(v)) if data_type == "float" else float(v))
+    if data_type == "bit":
+        return lambda v: str(int.from_bytes(v, "big")).encode()
+    if data_type == "set":
+        return lambda v: orjson.dumps(v.decode().split(",") if v else [])
+    if data_type == "json":
+        return lambda v: orjson.dumps(orjson.loads(v))
+    if data_type == "vector":
+        return lambda v: orjson.dumps(vector_values(v))
+    if data_type in BYTE_TYPES:
+        return lambda v: b'"' + b64encode(v) + b'"'
+    return lambda v: orjson.dumps(v.decode("utf-8", "replace"))
+
+
+def after_encoder(info: TableInfo):
+    """``encode(values) -> bytes``: the JSON object ``{column: value}`` of one raw row (values as bytes or None)."""
+    plan_ = [(orjson.dumps(name) + b":", _encoder(t)) for name, t in zip(info.columns, info.types)]
+    return lambda values: b"{" + b",".join(prefix + (b"null" if v is None else v if enc is None else enc(v))
+                                           for (prefix, enc), v in zip(plan_, values)) + b"}"
 
 
 def _lenenc(value: bytes | None, wide: bool = False) -> bytes:
@@ -94,7 +128,7 @@ def _info(types=TYPES) -> TableInfo:
 
 def _both(buf: bytes, table_plan, head=b"", mid=None, tail=b"\n", first=0, again=None) -> bytes:
     """lines() in Python and (when built) in C: the same bytes, returned."""
-    want = textrows.py_lines(buf, 0, len(buf), table_plan, head, mid, tail, first, None, again)
+    want = textjson.py_lines(buf, 0, len(buf), table_plan, head, mid, tail, first, None, again)
     if C is not None:
         assert C.lines(buf, 0, len(buf), table_plan, head, mid, tail, first, None, again) == want
         assert C.lines(bytearray(buf), 0, len(buf), table_plan, head, mid, tail, first, None, again) == want
@@ -143,7 +177,7 @@ def test_scan_finds_whole_rows_eof_and_err():
     eof = _packets(b"\xfe\x00\x00\x22\x00")
     err = _packets(b"\xff\x15\x04#28000denied")
     body = b"".join(rows)
-    for scan in (textrows.py_scan, C.scan if C else textrows.py_scan):
+    for scan in (textrows.py_scan, textrows.C.scan if textrows.C else textrows.py_scan):
         assert scan(body + eof, 0) == (len(body), 29, len(body) - len(rows[-1]), 1)
         assert scan(body + err, 0) == (len(body), 29, len(body) - len(rows[-1]), 2)
         for cut in (1, 3, 4, len(rows[0]) + 2, len(body) - 1):  # a row cut short: not walked
@@ -162,7 +196,7 @@ def test_scan_finds_whole_rows_eof_and_err():
 def test_malformed_rows_raise_in_both(payload):
     table_plan = plan(_info(("bigint", "text")))
     buf = _packets(payload)
-    lines = [textrows.py_lines] + ([C.lines] if C else [])
+    lines = [textjson.py_lines] + ([C.lines] if C else [])
     for fn in lines:
         with pytest.raises(ValueError, match="malformed text-protocol row at offset 0"):
             fn(buf, 0, len(buf), table_plan, b"", None, b"\n", 0)
@@ -177,10 +211,10 @@ def test_lines_into_a_bytearray_that_grows_and_serves_again():
     info = _info(("bigint", "text", "double"))
     small = _packets(b"".join(_lenenc(v) for v in (b"1", b"a", b"0.5")))
     big = small * 3000
-    for fn in [textrows.py_lines] + ([C.lines] if C else []):
+    for fn in [textjson.py_lines] + ([C.lines] if C else []):
         into = bytearray()
         n = fn(big, 0, len(big), plan(info), b"", b"#", b"\n", 0, into)
-        assert bytes(into[:n]) == textrows.py_lines(big, 0, len(big), plan(info), b"", b"#", b"\n", 0)
+        assert bytes(into[:n]) == textjson.py_lines(big, 0, len(big), plan(info), b"", b"#", b"\n", 0)
         size = len(into)
         m = fn(small, 0, len(small), plan(info), b"", None, b"\n", 0, into)
         assert bytes(into[:m]) == b'{"c_bigint_0":1,"c_text_1":"a","c_double_2":0.5}\n' and len(into) == size
@@ -196,12 +230,12 @@ def test_converter_errors_and_non_bytes_propagate():
     def boom(v):
         raise RuntimeError("converter failed")
 
-    for fn in [textrows.py_lines] + ([C.lines] if C else []):
-        bad = textrows.Plan(bytes([textrows.CALL]), (b'"a":',), (boom,), orjson.dumps)
+    for fn in [textjson.py_lines] + ([C.lines] if C else []):
+        bad = textjson.Plan(bytes([textjson.CALL]), (b'"a":',), (boom,), orjson.dumps)
         buf = _packets(_lenenc(b"x"))
         with pytest.raises(RuntimeError, match="converter failed"):
             fn(buf, 0, len(buf), bad, b"", None, b"\n", 0)
-        text = textrows.Plan(bytes([textrows.CALL]), (b'"a":',), (lambda v: "str",), orjson.dumps)
+        text = textjson.Plan(bytes([textjson.CALL]), (b'"a":',), (lambda v: "str",), orjson.dumps)
         with pytest.raises(TypeError, match="not bytes"):
             fn(buf, 0, len(buf), text, b"", None, b"\n", 0)
         with pytest.raises(ValueError):  # float() refuses it; C falls back on the column's function
@@ -227,6 +261,47 @@ def test_change_lines_equal_the_sinks_dumps_of_the_change_dicts():
     assert orjson.loads(want.split(b"\n")[-2])["source"]["id"] == "snapshot:3:1:172"
 
 
+@pytest.mark.parametrize("rows", [0, 1, 2, 50])
+@pytest.mark.parametrize("snapshot", [True, None])
+def test_the_last_rows_lines_say_last_as_the_dict_path_writes_it(rows, snapshot):
+    """``lines(..., last=True)``: the bytes of the change dicts with the final one's ``source.snapshot`` set to
+    "last" (in its place when the source has it, else after ``id``); the other rows unchanged."""
+    rnd = random.Random(rows)
+    info = _info()
+    raw = [[_value(t, rnd) for t in info.types] for _ in range(rows)]
+    buf = bytearray(b"".join(_packets(b"".join(_lenenc(v) for v in r)) for r in raw))
+    last = len(buf) - len(_packets(b"".join(_lenenc(v) for v in raw[-1]))) if raw else -1
+    result = ResultRows(buf, 0, len(buf), rows, last, len(info.types))
+    source = {"server_id": 1, "file": "b.000001", "pos": 4, "gtid": None}
+    if snapshot:
+        source["snapshot"] = True
+    reader = ChunkReader(info)
+    changes = reader.changes(result, source, 5, 10, "snapshot:0:2")
+    if changes:
+        changes[-1]["source"]["snapshot"] = "last"
+    want = b"".join(dumps(c) + b"\n" for c in changes)
+    for _ in range(3):  # each buffer in turn, grown and used again
+        assert reader.lines(result, source, 5, 10, "snapshot:0:2", last=True) == want
+    plain = reader.lines(result, source, 5, 10, "snapshot:0:2")
+    assert bytes(plain).count(b'"last"') == 0 and len(bytes(plain).split(b"\n")) == rows + 1
+
+
+def test_header_walks_count_definitions_and_eof_or_finds_the_error():
+    defs = [_packets(_lenenc(b"def") + _lenenc(f"c{i}".encode()) + b"\x0c" + bytes(12), i + 2) for i in range(3)]
+    head = _packets(b"\x03") + b"".join(defs) + _packets(b"\xfe\x00\x00\x02\x00", 5)
+    row = _packets(_lenenc(b"1") * 3, 6)
+    assert textrows.header(head + row, len(head + row)) == (len(head), 3)
+    assert textrows.header(bytearray(head) + bytes(100), len(head)) == (len(head), 3)
+    for cut in (0, 3, 5, len(head) - 1):
+        assert textrows.header(head, cut) is None
+    err = b"\xff\x7a\x04#42S02Table 'x.y' doesn't exist"
+    assert textrows.header(_packets(err), len(_packets(err))) == err
+    wide = _packets(b"\xfc\x2c\x01") + b"".join(_packets(_lenenc(b"def")) for _ in range(300)) + _packets(b"\xfe")
+    assert textrows.header(wide, len(wide)) == (len(wide), 300)
+    assert textrows.packet_at(row, 0, len(row)) == (len(row), _lenenc(b"1") * 3)
+    assert textrows.packet_at(row, 0, len(row) - 1) is None
+
+
 def test_large_buffer_without_the_gil_with_values_that_need_python():
     """A buffer of 64 KiB or more is converted without the GIL; a value that needs Python (text that is not
     UTF-8, a DOUBLE text that is not the shortest, BIT over 8 bytes) takes it back, and an error at the end is
@@ -242,7 +317,7 @@ def test_large_buffer_without_the_gil_with_values_that_need_python():
     twice = _both(buf, plan(info), b"", b"|", b"\n", -2, b"/")
     assert twice.split(b"\n")[:-1] == [after_encoder(info)(r) + b"|%d/%d" % (i - 2, i - 2) for i, r in enumerate(rows)]
     bad = buf + _packets(_lenenc(b"1"))
-    for fn in [textrows.py_lines] + ([C.lines] if C else []):
+    for fn in [textjson.py_lines] + ([C.lines] if C else []):
         with pytest.raises(ValueError, match=f"offset {len(buf)}: fewer values than columns"):
             fn(bad, 0, len(bad), plan(info), b"", None, b"\n", 0)
 
@@ -272,13 +347,14 @@ def test_fast_double_text_equals_orjson():
     assert C.double_json(b"1.5", lambda f: b"other layout") is None  # another dumps: declined
 
 
-def test_pure_python_turns_the_c_twin_off():
-    code = ("from binlogd.protocol import textrows; import sys; "
-            "sys.exit(0 if textrows.C is None and textrows.lines is textrows.py_lines else 1)")
+def test_pure_python_turns_the_c_twins_off():
+    code = ("from binlogd.protocol import textrows; from binlogd.library import textjson; import sys; "
+            "sys.exit(0 if textrows.C is None and textrows.scan is textrows.py_scan and textjson.C is None "
+            "and textjson.lines is textjson.py_lines else 1)")
     env = {**os.environ, "BINLOGD_PURE_PYTHON": "1"}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
 
 @need_c
 def test_c_is_the_default_when_built():
-    assert textrows.lines is C.lines and textrows.scan is C.scan
+    assert textjson.lines is C.lines and textrows.C is not None and textrows.scan is textrows.C.scan
