@@ -161,10 +161,14 @@ def test_second_store_in_the_same_process_is_refused(tmp_path):
         with pytest.raises(CheckpointError, match="locked") as info:
             second.acquire()
         assert str(path) in str(info.value)
-        assert second._lock_fd is None
     finally:
         first.release()
-    second.acquire()  # free once the first lets go
+    third = CheckpointStore(path)
+    third.acquire()  # the refused store holds nothing: free once the first lets go
+    with pytest.raises(CheckpointError, match="locked"):
+        second.acquire()
+    third.release()
+    second.acquire()
     second.release()
 
 
@@ -199,8 +203,14 @@ def test_release_then_reacquire(tmp_path):
     store.release()
     store.release()  # harmless twice
     other = CheckpointStore(tmp_path / "c.json")
-    other.acquire()
+    other.acquire()  # free after the release
+    with pytest.raises(CheckpointError, match="locked"):
+        store.acquire()  # and held again by the other store
     other.release()
+    store.acquire()
+    store.save(sample(7))
+    assert store.load().position.pos == 7
+    store.release()
 
 
 def test_without_lock_two_stores_coexist_and_no_lock_file(tmp_path):

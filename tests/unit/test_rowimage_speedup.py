@@ -3,7 +3,8 @@
 Both paths must give identical rows (same keys in the same order, same values, same types, floats
 bit for bit) or both raise EventDecodeError:
 - on every binlog of the shared corpus (../shared/binlogs);
-- on the MariaDB every-type table of tests/integration/test_row_values.py (server tests);
+- on the MariaDB every-type table of tests/integration/test_row_values.py (server tests:
+  tests/integration/test_rowimage_every_type.py);
 - on hand-picked edge values (negative zero DECIMALs, the zero TIMESTAMP, negative TIME2, garbage
   DATETIME2 dates, ENUM indexes past the names, ...);
 - under hypothesis: mutated real row data and synthetic tables of every column type.
@@ -22,15 +23,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from binlogd.protocol import events as E
 from binlogd.protocol import rowcodec
 from binlogd.protocol import rows as R
 from binlogd.protocol.constants import ColumnType as T
-from binlogd.protocol.errors import BinlogError, EventDecodeError
-from binlogd.protocol.reader import iter_events
+from binlogd.protocol.errors import EventDecodeError
 from binlogd.protocol.rowcodec import TableCodec
 from binlogd.protocol.tablemap import Column
 from tests.support.paths import CORPUS, REPO
+from tests.support.rowcompare import file_rows, outcome, same
 from tests.support.rowfuzz import mutate, synthetic_rows
 
 C = pytest.importorskip("binlogd.protocol._rowimage", reason="the C extension is not built (pip install -e .)")
@@ -46,61 +46,21 @@ def _restore_mode():
     rowcodec.use_speedups(before)
 
 
-def same(a, b) -> bool:
-    """Equal and of the same types all the way down; floats compared bit for bit (NaN, -0.0)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return struct.pack("<d", a) == struct.pack("<d", b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
-
-
-def _outcome(fn):
-    """('ok', value) or ('error', exception type): the comparable result of decoding."""
-    try:
-        return "ok", fn()
-    except EventDecodeError:
-        return "error", EventDecodeError
-
-
 def _both(fn):
     rowcodec.use_speedups(False)
-    py = _outcome(fn)
+    py = outcome(fn)
     rowcodec.use_speedups(True)
-    native = _outcome(fn)
+    native = outcome(fn)
     return py, native
 
 
-def assert_same_outcome(py, native) -> None:
+def assert_sameoutcome(py, native) -> None:
     assert py[0] == native[0], f"python: {py!r:.300}\nnative: {native!r:.300}"
     if py[0] == "ok":
         assert same(py[1], native[1]), f"python: {py[1]!r:.300}\nnative: {native[1]!r:.300}"
 
 
 # --------------------------------------------------------------------------- whole files
-
-
-def _file_rows(data: bytes) -> list:
-    """Every rows event's rows (or its error) of a binlog, payload events included, in the current mode."""
-    out = []
-
-    def collect(event):
-        if isinstance(event, E.RowsEvent):
-            out.append((event.header.next_position, _outcome(lambda: event.rows)))
-        elif isinstance(event, E.TransactionPayloadEvent):
-            for inner in event.events:
-                collect(inner)
-
-    try:
-        for event in iter_events(data):
-            collect(event)
-    except BinlogError as exc:
-        out.append(("stopped", type(exc).__name__))
-    return out
 
 
 def _read(path) -> bytes:
@@ -129,9 +89,9 @@ def test_environment_turns_speedups_off() -> None:
 def test_corpus_file_rows_identical(path) -> None:
     data = _read(path)
     rowcodec.use_speedups(False)
-    py = _file_rows(data)
+    py = file_rows(data)
     rowcodec.use_speedups(True)
-    native = _file_rows(data)
+    native = file_rows(data)
     assert len(py) == len(native)
     for (pos, a), (_, b) in zip(py, native):
         assert a[0] == b[0], f"event ending at {pos}: python {a!r:.200}, native {b!r:.200}"
@@ -143,32 +103,8 @@ def test_corpus_has_rows() -> None:
     if not CORPUS_FILES:
         pytest.skip("no corpus")
     rowcodec.use_speedups(True)
-    assert sum(len(r[1][1]) for p in CORPUS_FILES for r in _file_rows(_read(p)) if r[0] != "stopped"
+    assert sum(len(r[1][1]) for p in CORPUS_FILES for r in file_rows(_read(p)) if r[0] != "stopped"
                and r[1][0] == "ok") > 1000
-
-
-def test_mariadb_every_type_identical(request, server_binaries) -> None:
-    """The every-type table of test_row_values (both metadata modes) decodes identically."""
-    from tests.support import every_type as RV
-
-    for fixture in ("mariadb", "mariadb_minimal"):
-        server = request.getfixturevalue(fixture)
-        if server.flavor != "mariadb":
-            pytest.skip("the every-type table is MariaDB's")
-        sc = RV.run_scenario(server, minimal=fixture == "mariadb_minimal")
-        try:
-            data = sc.file.read_bytes()
-            rowcodec.use_speedups(False)
-            py = _file_rows(data)
-            rowcodec.use_speedups(True)
-            native = _file_rows(data)
-            assert sum(len(r[1][1]) for r in native if r[1][0] == "ok") >= 8
-            assert len(py) == len(native)
-            for a, b in zip(py, native):
-                assert a[1][0] == b[1][0] == "ok"
-                assert same(a[1][1], b[1][1])
-        finally:
-            server.sql(f"DROP DATABASE IF EXISTS `{sc.schema}`")
 
 
 # --------------------------------------------------------------------------- single values
@@ -184,7 +120,7 @@ def _decode(columns, data: bytes, kind: str = "insert", null_offset: int = 0):
 def _one(col: Column, raw: bytes) -> list:
     """Decode one NOT NULL value in both modes; assert they agree; return the python outcome."""
     py, native = _both(_decode([col], raw))
-    assert_same_outcome(py, native)
+    assert_sameoutcome(py, native)
     return py
 
 
@@ -250,7 +186,7 @@ def test_image_call_and_update_pairs() -> None:
     cols = [Column(0, T.LONG, 0, nullable=False, name="id"), Column(1, T.VARCHAR, 10, collation=45, name="v")]
     data = b"\x00\x01\x00\x00\x00\x02hi" + b"\x02\x01\x00\x00\x00"
     py, native = _both(_decode(cols, data * 2, "update"))
-    assert_same_outcome(py, native)
+    assert_sameoutcome(py, native)
     assert native[1] == [({"id": 1, "v": "hi"}, {"id": 1, "v": None})] * 2
     rowcodec.use_speedups(True)
     image = TableCodec(tuple(cols)).image(3)
@@ -295,7 +231,7 @@ def _recorded_events() -> list:
     R._decode_rows = record
     try:
         for path in CORPUS_FILES:
-            _file_rows(_read(path))
+            file_rows(_read(path))
     finally:
         R._decode_rows = original
     # one sample per (table shape, kind): enough variety, small enough to draw from
@@ -335,7 +271,7 @@ def test_fuzz_mutated_corpus_rows(data) -> None:
     cut = data.draw(st.none() | st.integers(0, 1 << 20))
     extra = data.draw(st.binary(max_size=8))
     py, native = _both(_run(sample, mutate(sample[2], edits, cut, extra)))
-    assert_same_outcome(py, native)
+    assert_sameoutcome(py, native)
     event(py[0])
 
 
@@ -344,5 +280,5 @@ def test_fuzz_mutated_corpus_rows(data) -> None:
 def test_fuzz_synthetic_tables(data) -> None:
     columns, kind, null_offset, raw = synthetic_rows(data)
     py, native = _both(_decode(columns, raw, kind, null_offset))
-    assert_same_outcome(py, native)
+    assert_sameoutcome(py, native)
     event(py[0])
