@@ -74,6 +74,20 @@ class Sink:
             self.change(change)
         return len(changes)
 
+    def change_lines(self, lines, *, count: int, prefix: str, first: int, schema: str, table: str) -> bool:
+        """``count`` row changes of table ``schema.table`` already written as JSON lines of the "binlogd" format
+        (bytes-like, each line what :meth:`change` writes for its change dict; the snapshot's chunks), whose ids are
+        ``<prefix>:<first>``, ``<prefix>:<first + 1>``, ... in order. The bytes stay as they are until the sink's
+        next call returns (a sink may still write them meanwhile, then lets go of them).
+
+        Returns:
+            True when the sink took them; False, with nothing written, when it writes another format or takes
+            no rows (the default): the caller then gives it the change dicts one by one (:meth:`change`).
+        Raises:
+            SinkError: as :meth:`change`.
+        """
+        return False
+
     def over(self) -> bool:
         """True when the sink holds more than it may before the broker takes it: the caller then awaits
         :meth:`room` before it hands over more (the default never is)."""

@@ -33,9 +33,12 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import orjson
+
 from binlogd.daemon.sinks.base import Sink, SinkError
 from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
 from binlogd.library.identity import boundary_key, order_key, stream_prefix
+from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
 
 PIECE_BYTES = 1 << 20     # a piece handed to the worker is about this big at most
@@ -113,26 +116,49 @@ class BusSink(Sink):
         self._add(meta, self._payload(change) + b"\n", 1)
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
-        if getattr(self._payload, "__func__", None) is not BusSink._payload:  # a subclass changed the payloads
+        if not self._own_payloads():
             return super().rows(event, file, gtid, inner)
         lines, n = self._lines(event, file, gtid, inner)
         h, row0, prefix = event.header, 0, stream_prefix(file, event.header.pos, inner)
         if self._skip is not None:
-            lines, row0 = self._unskipped(prefix, lines, n)
+            lines, row0 = self._unskipped(prefix, lines, n, 0)
         if lines:
             self._add((event.schema, event.table, file, h.pos, row0, gtid, event.kind, h.server_id, prefix), lines,
                       n - row0)
         return n
 
-    def _unskipped(self, prefix: str, lines: bytes, n: int) -> tuple[bytes, int]:
-        """The lines of a rows event's n changes (ids ``<prefix>:<row>``) that come after :attr:`_skip`, and the
-        first one's row (b"" when none does); clears ``_skip`` once the stream is past it."""
+    def change_lines(self, lines, *, count: int, prefix: str, first: int, schema: str, table: str) -> bool:
+        """:meth:`Sink.change_lines`: one block of messages, the lines as they are (copied: the worker thread
+        writes them later), with the ids, keys and fields :meth:`change` gives the same changes (``source``'s
+        server_id, file, pos and gtid read from the first line: the lines share them). False when the messages
+        are of another format."""
+        if not self._own_payloads() or self._json is not dumps:
+            return False
+        if not count:
+            return True
+        data = bytes(lines)
+        src = orjson.loads(data[:data.index(b"\n")])["source"]
+        row0 = first
+        if self._skip is not None:
+            data, row0 = self._unskipped(prefix, data, count, first)
+        if data:
+            self._add((schema, table, src.get("file") or "", src.get("pos") or 0, row0, src.get("gtid"), "read",
+                       src.get("server_id"), prefix), data, first + count - row0)
+        return True
+
+    def _own_payloads(self) -> bool:
+        """Whether the messages are :meth:`_payload`'s own (a subclass may write others, from change dicts)."""
+        return getattr(self._payload, "__func__", None) is BusSink._payload
+
+    def _unskipped(self, prefix: str, lines: bytes, n: int, first: int) -> tuple[bytes, int]:
+        """The lines of n changes (ids ``<prefix>:<first>`` ...) that come after :attr:`_skip`, and the first one's
+        row (b"" when none does); clears ``_skip`` once the stream is past it."""
         skip, base = self._skip, order_key(prefix + ":0")[:-1]
-        if base + (n - 1,) <= skip:
-            return b"", n
+        if base + (first + n - 1,) <= skip:
+            return b"", first + n
         self._skip = None  # the stream is past what the broker holds
-        row0, cut = 0, 0
-        while base + (row0,) <= skip:  # the broker holds this event's first rows (NATS)
+        row0, cut = first, 0
+        while base + (row0,) <= skip:  # the broker holds these changes' first rows (NATS)
             row0, cut = row0 + 1, lines.index(b"\n", cut) + 1
         return lines[cut:], row0
 

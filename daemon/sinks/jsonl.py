@@ -110,11 +110,10 @@ class JsonLinesSink(Sink):
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
 
-    def change_lines(self, lines) -> bool:
-        """Changes already as JSON lines of the "binlogd" format (bytes-like), each what :meth:`change` writes for
-        it (the snapshot's chunks); False, and nothing written, when this sink writes another format. In a bulk
-        load they are written in the sink's thread after this returns: the caller leaves them as they are until
-        the sink's next call returns (a memoryview is released once written)."""
+    def change_lines(self, lines, *, count: int, prefix: str, first: int, schema: str, table: str) -> bool:
+        """:meth:`Sink.change_lines`: written as they are (False, nothing written, when this sink writes another
+        format). In a bulk load they are written in the sink's thread after this returns (a memoryview is
+        released once written)."""
         if self._json is not dumps:
             return False
         self._wait_write()

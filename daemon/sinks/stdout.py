@@ -11,6 +11,7 @@ import sys
 
 from binlogd.daemon.sinks.base import Sink, SinkError
 from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
+from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
 
 
@@ -28,6 +29,13 @@ class StdoutSink(Sink):
 
     def change(self, change: dict) -> None:
         self._out.write(self._json(change) + b"\n")
+
+    def change_lines(self, lines, *, count: int, prefix: str, first: int, schema: str, table: str) -> bool:
+        """:meth:`Sink.change_lines`: written as they are, unless this sink writes another format (False)."""
+        if self._json is not dumps:
+            return False
+        self._out.write(lines)
+        return True
 
     def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
         lines, n = self._lines(event, file, gtid, inner)

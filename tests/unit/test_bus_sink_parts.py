@@ -195,3 +195,165 @@ def test_a_stuck_broker_never_blocks_the_event_loop(monkeypatch):
             await asyncio.to_thread(sink.close)
 
     asyncio.run(go())
+
+
+# ---------------------------------------------------------------- snapshot rows as lines: the same messages as dicts
+def _reads(n: int, first: int = 0, table: str = "t", last: bool = False) -> list:
+    """n snapshot reads of ``d.<table>`` as the snapshot's change dicts (ids ``snapshot:0:1:<row>``)."""
+    source = {"server_id": 7, "file": "b.000003", "pos": 1234, "gtid": "0-7-55", "snapshot": True}
+    out = [{"op": "read", "schema": "d", "table": table, "before": None,
+            "after": {"id": i, "v": "x\\\t\"é" * (i % 4), "n": None}, "ts": 1700000000,
+            "source": {**source, "row": i, "id": f"snapshot:0:1:{i}"}} for i in range(first, first + n)]
+    if last and out:
+        out[-1]["source"]["snapshot"] = "last"
+    return out
+
+
+def _lines_of(changes: list) -> memoryview:
+    from binlogd.library.serialize import dumps
+
+    return memoryview(bytearray(b"".join(dumps(c) + b"\n" for c in changes)))
+
+
+class _Recording(BusSink):
+    """A bus sink whose broker is a list: the blocks each piece brought, in order."""
+
+    KIND = "recording"
+
+    async def _connect(self) -> None:
+        self.blocks = []
+
+    async def _write(self, piece: list) -> None:
+        self.blocks.extend(piece)
+
+    async def _commit(self, checkpoint: bytes | None) -> None:
+        return None
+
+
+def _per_message(blocks: list) -> list:
+    """Each message of the blocks with the fields its broker request is made of (meta, the row for row0)."""
+    out = []
+    for meta, lines, n in blocks:
+        for i, line in enumerate(lines.split(b"\n")[:n]):
+            out.append((*meta[:4], meta[4] + i, *meta[5:], line))
+    return out
+
+
+@pytest.mark.parametrize("fmt, takes", [("binlogd", True), ("debezium", False)])
+def test_change_lines_make_the_messages_change_makes(fmt, takes):
+    """Lines of the "binlogd" format go to the broker as the same messages, with the same table, position,
+    row, gtid, op, server id and id prefix as the change dicts (resume and de-duplication rest on them); in
+    another format the sink declines them and takes nothing."""
+    changes = _reads(30, 5, last=True) + _reads(3, 0, table="u")
+    by_dict, by_lines = _Recording("rec://a", 1 << 20, format=fmt), _Recording("rec://b", 1 << 20, format=fmt)
+    for sink in (by_dict, by_lines):
+        sink.open(None)
+    try:
+        for change in changes:
+            by_dict.change(change)
+        took = [by_lines.change_lines(_lines_of(changes[:30]), count=30, prefix="snapshot:0:1", first=5,
+                                      schema="d", table="t"),
+                by_lines.change_lines(_lines_of(changes[30:]), count=3, prefix="snapshot:0:1", first=0,
+                                      schema="d", table="u"),
+                by_lines.change_lines(memoryview(b""), count=0, prefix="snapshot:0:1", first=3, schema="d",
+                                      table="u")]
+        for sink in (by_dict, by_lines):
+            commit_changes(sink, [], 4)
+    finally:
+        for sink in (by_dict, by_lines):
+            sink.close()
+    assert took == [takes] * 3
+    if takes:
+        assert _per_message(by_lines.blocks) == _per_message(by_dict.blocks) and len(by_dict.blocks) == 33
+    else:
+        assert _per_message(by_lines.blocks) == [] and len(by_dict.blocks) == 33
+
+
+def test_change_lines_over_the_size_limit_take_nothing():
+    sink = _Recording("rec://a", 300)
+    sink.open(None)
+    try:
+        big = _reads(3)
+        big[1]["after"]["v"] = "y" * 400
+        with pytest.raises(SinkError) as err:
+            sink.change_lines(_lines_of(big), count=3, prefix="snapshot:0:1", first=0, schema="d", table="t")
+        assert err.value.fatal and err.value.exit_code == 7 and "id snapshot:0:1:1" in str(err.value)
+    finally:
+        sink.close()
+
+
+def _broker_content(kind: str, url: str, name: str) -> list:
+    """What the broker holds of sink ``name`` (see _bus_sink), each message as its bytes and fields."""
+    if kind == "redis":
+        import redis
+
+        client = redis.Redis.from_url(url)
+        try:
+            return [(key.decode().partition(":")[2], sorted(fields.items())) for key in
+                    sorted(client.scan_iter(match=f"{name}:d.*")) for _, fields in client.xrange(key)]
+        finally:
+            client.close()
+    if kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            return conn.execute(f"SELECT change::text, source_file, source_pos, source_row, gtid, schema_name, "
+                                f"table_name, op, server_id FROM {name}_changes ORDER BY seq").fetchall()
+
+    async def read():
+        import nats
+        from nats.js.errors import NotFoundError
+
+        nc = await nats.connect(url)
+        try:
+            js, out = nc.jetstream(), []
+            info = await js.stream_info(name.upper())
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                try:
+                    msg = await js.get_msg(name.upper(), seq)
+                except NotFoundError:  # a checkpoint message rolled up by the next
+                    continue
+                if not msg.subject.startswith("_binlogd."):
+                    out.append((msg.subject.partition(".")[2], sorted((msg.headers or {}).items()), msg.data))
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def _bus_sink(kind: str, url: str, name: str):
+    from binlogd.daemon.sinks.nats import NatsSink
+    from binlogd.daemon.sinks.postgres import PostgresSink
+    from binlogd.daemon.sinks.redis import RedisSink
+
+    if kind == "redis":
+        return RedisSink(url, stream=name + ":{schema}.{table}", checkpoint_key=f"{name}:checkpoint")
+    if kind == "nats":
+        return NatsSink(url, stream=name.upper(), subject=name + ".{schema}.{table}")
+    return PostgresSink(url, table=f"{name}_changes")
+
+
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_snapshot_lines_give_the_broker_what_dicts_give(kind):
+    """On each real broker, a snapshot's rows handed over as lines (one block per chunk, the last chunk's
+    last row "last") leave exactly the messages their change dicts leave: payload bytes, stream or subject,
+    Nats-Msg-Id / Binlogd-Source headers, the PostgreSQL columns."""
+    from tests.support.brokers import broker_for
+
+    chunks = [_reads(40, 0), _reads(40, 40), _reads(7, 80, last=True)]
+    with broker_for(kind) as broker:
+        by_dict, by_lines = _bus_sink(kind, broker.url, "dicts"), _bus_sink(kind, broker.url, "lines")
+        for sink in (by_dict, by_lines):
+            sink.open(None)
+        try:
+            for pos, chunk in enumerate(chunks, 10):
+                commit_changes(by_dict, chunk, pos)
+                assert by_lines.change_lines(_lines_of(chunk), count=len(chunk), prefix="snapshot:0:1",
+                                             first=chunk[0]["source"]["row"], schema="d", table="t")
+                commit_changes(by_lines, [], pos)
+        finally:
+            for sink in (by_dict, by_lines):
+                sink.close()
+        got, want = _broker_content(kind, broker.url, "lines"), _broker_content(kind, broker.url, "dicts")
+    assert len(want) == 87 and got == want

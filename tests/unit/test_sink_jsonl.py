@@ -24,6 +24,19 @@ def out(tmp_path) -> Path:
     return tmp_path / "changes"
 
 
+def commit(sink) -> dict:
+    """Flush, hand over and sync, as the Committer does: the state once durable."""
+    state = sink.flush()
+    sink.begin_sync()
+    sink.sync()
+    return state
+
+
+def _at(count: int) -> dict:
+    """change_lines' keywords for ``count`` lines of table d.t (ids snapshot:0:0:0 ...)."""
+    return {"count": count, "prefix": "snapshot:0:0", "first": 0, "schema": "d", "table": "t"}
+
+
 def open_sink(directory: Path, state=None, **kw) -> JsonLinesSink:
     kw.setdefault("max_file_seconds", 0)
     sink = JsonLinesSink(directory, **kw)
@@ -35,12 +48,12 @@ def test_changes_then_commit_returns_file_and_offset(out):
     sink = open_sink(out)
     for i in range(3):
         sink.change(change(i))
-    state = sink.commit()
+    state = commit(sink)
     path = out / "changes-000001.jsonl"
     assert state == {"file": "changes-000001.jsonl", "offset": path.stat().st_size}
     assert lines(path) == [change(i) for i in range(3)]
     sink.change(change(3))
-    state2 = sink.commit()
+    state2 = commit(sink)
     assert state2["file"] == "changes-000001.jsonl" and state2["offset"] == path.stat().st_size > state["offset"]
     sink.close()
     assert lines(path) == [change(i) for i in range(4)]
@@ -48,10 +61,10 @@ def test_changes_then_commit_returns_file_and_offset(out):
 
 def test_empty_commit_keeps_the_offset(out):
     sink = open_sink(out)
-    assert sink.commit() == {"file": "changes-000001.jsonl", "offset": 0}
+    assert commit(sink) == {"file": "changes-000001.jsonl", "offset": 0}
     sink.change(change(1))
-    first = sink.commit()
-    assert sink.commit() == first
+    first = commit(sink)
+    assert commit(sink) == first
     sink.close()
 
 
@@ -60,7 +73,7 @@ def test_uncommitted_tail_is_truncated_on_reopen(out):
     sink = open_sink(out)
     for i in range(2):
         sink.change(change(i))
-    state = sink.commit()
+    state = commit(sink)
     for i in range(2, 5):  # a transaction in progress when the daemon dies
         sink.change(change(i))
     sink.close()  # its bytes did reach the file
@@ -71,7 +84,7 @@ def test_uncommitted_tail_is_truncated_on_reopen(out):
     assert path.stat().st_size == state["offset"]
     for i in range(2, 5):  # the transaction is read again and written again
         again.change(change(i))
-    again.commit()
+    commit(again)
     again.close()
     assert lines(path) == [change(i) for i in range(5)]
 
@@ -80,11 +93,11 @@ def test_sink_ahead_of_checkpoint_after_rotation_is_rolled_back(out):
     """Crash between sink commit (which rotated) and checkpoint save: reopen at the older state."""
     sink = open_sink(out, max_file_bytes=200)
     sink.change(change(0))
-    saved = sink.commit()  # this one reached the checkpoint
+    saved = commit(sink)  # this one reached the checkpoint
     assert saved["file"] == "changes-000001.jsonl"
     for i in range(1, 4):
         sink.change(change(i))
-    ahead = sink.commit()  # durable in the sink, but the checkpoint save never happened
+    ahead = commit(sink)  # durable in the sink, but the checkpoint save never happened
     assert ahead == {"file": "changes-000002.jsonl", "offset": 0}
     sink.close()
     assert files(out) == ["changes-000001.jsonl", "changes-000002.jsonl"]
@@ -93,7 +106,7 @@ def test_sink_ahead_of_checkpoint_after_rotation_is_rolled_back(out):
     assert files(out) == ["changes-000001.jsonl"]
     for i in range(1, 4):
         again.change(change(i))
-    again.commit()
+    commit(again)
     again.close()
     assert lines(out / "changes-000001.jsonl") == [change(i) for i in range(4)]
 
@@ -103,13 +116,13 @@ def test_rotation_by_size_happens_only_at_commit(out):
     for i in range(10):  # far more than 300 bytes, in one transaction
         sink.change(change(i))
         assert files(out) == ["changes-000001.jsonl"]
-    state = sink.commit()
+    state = commit(sink)
     assert state == {"file": "changes-000002.jsonl", "offset": 0}
     assert files(out) == ["changes-000001.jsonl", "changes-000002.jsonl"]
     assert lines(out / "changes-000001.jsonl") == [change(i) for i in range(10)]  # the transaction is whole
     assert (out / "changes-000002.jsonl").stat().st_size == 0
     sink.change(change(10))
-    state = sink.commit()
+    state = commit(sink)
     assert state["file"] == "changes-000002.jsonl" and 0 < state["offset"] < 300
     sink.close()
     assert lines(out / "changes-000002.jsonl") == [change(10)]
@@ -119,7 +132,7 @@ def test_no_rotation_below_the_limit_or_with_zero_limit(out):
     sink = open_sink(out, max_file_bytes=0)
     for i in range(50):
         sink.change(change(i))
-        assert sink.commit()["file"] == "changes-000001.jsonl"
+        assert commit(sink)["file"] == "changes-000001.jsonl"
     sink.close()
     assert files(out) == ["changes-000001.jsonl"]
 
@@ -129,11 +142,11 @@ def test_rotation_by_age_happens_at_commit(out, monkeypatch):
     monkeypatch.setattr(jsonl_mod.time, "monotonic", lambda: clock[0])
     sink = open_sink(out, max_file_bytes=0, max_file_seconds=60)
     sink.change(change(0))
-    assert sink.commit()["file"] == "changes-000001.jsonl"
+    assert commit(sink)["file"] == "changes-000001.jsonl"
     clock[0] += 61
     sink.change(change(1))
     assert files(out) == ["changes-000001.jsonl"]
-    assert sink.commit() == {"file": "changes-000002.jsonl", "offset": 0}
+    assert commit(sink) == {"file": "changes-000002.jsonl", "offset": 0}
     sink.close()
     assert lines(out / "changes-000001.jsonl") == [change(0), change(1)]
 
@@ -156,7 +169,7 @@ def test_earlier_files_are_kept_on_open(out):
     (out / "changes-000002.jsonl").write_bytes(b'{"a":2}\n{"a":3}\n')
     sink = open_sink(out, {"file": "changes-000002.jsonl", "offset": 8})
     sink.change({"a": 4})
-    assert sink.commit() == {"file": "changes-000002.jsonl", "offset": 16}
+    assert commit(sink) == {"file": "changes-000002.jsonl", "offset": 16}
     sink.close()
     assert (out / "changes-000001.jsonl").read_bytes() == b'{"a":1}\n'
     assert (out / "changes-000002.jsonl").read_bytes() == b'{"a":2}\n{"a":4}\n'
@@ -189,7 +202,7 @@ def test_no_state_with_existing_files_starts_after_the_highest(out):
         (out / f"changes-{i:06d}.jsonl").write_bytes(b'{"old":%d}\n' % i)
     sink = open_sink(out)
     sink.change(change(0))
-    assert sink.commit()["file"] == "changes-000008.jsonl"
+    assert commit(sink)["file"] == "changes-000008.jsonl"
     sink.close()
     for i in (1, 2, 7):  # nothing old is lost
         assert (out / f"changes-{i:06d}.jsonl").read_bytes() == b'{"old":%d}\n' % i
@@ -200,7 +213,7 @@ def test_commit_fsyncs_the_file(out, monkeypatch):
     calls = _fsync_recorder(monkeypatch)
     sink.change(change(0))
     assert calls == []  # writing is not committing
-    sink.commit()
+    commit(sink)
     st = (out / "changes-000001.jsonl").stat()
     assert (st.st_dev, st.st_ino, False) in calls
     sink.close()
@@ -214,7 +227,7 @@ def test_new_file_fsyncs_the_directory(out, monkeypatch):
     assert (st.st_dev, st.st_ino, True) in calls
     calls.clear()
     sink.change(change(0))
-    sink.commit()  # rotates: a new file, so the directory again
+    commit(sink)  # rotates: a new file, so the directory again
     assert (st.st_dev, st.st_ino, True) in calls
     sink.close()
 
@@ -223,7 +236,7 @@ def test_fsync_false_never_fsyncs(out, monkeypatch):
     calls = _fsync_recorder(monkeypatch)
     sink = open_sink(out, fsync=False, max_file_bytes=10)
     sink.change(change(0))
-    sink.commit()
+    commit(sink)
     sink.close()
     assert calls == []
 
@@ -268,7 +281,7 @@ def disk(monkeypatch):
 def test_disk_full_on_write_is_a_sink_error(out, disk):
     sink = open_sink(out)
     sink.change(change(0))
-    state = sink.commit()
+    state = commit(sink)
     disk["write"] = True
     with pytest.raises(SinkError, match="No space left on device") as info:
         sink.change(change(1))
@@ -283,11 +296,11 @@ def test_disk_full_on_write_is_a_sink_error(out, disk):
 def test_disk_full_on_commit_is_a_sink_error(out, disk):
     sink = open_sink(out)
     sink.change(change(0))
-    state = sink.commit()
+    state = commit(sink)
     sink.change(change(1))
     disk["flush"] = True
     with pytest.raises(SinkError, match="No space left on device"):
-        sink.commit()
+        commit(sink)
     disk["flush"] = False
     sink.close()
     again = open_sink(out, state)
@@ -304,7 +317,7 @@ def test_failing_fsync_is_a_sink_error(out, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", eio)
     with pytest.raises(SinkError, match="Input/output error"):
-        sink.commit()
+        commit(sink)
     monkeypatch.undo()
     sink.close()
 
@@ -333,7 +346,7 @@ def test_bulk_load_keeps_only_the_newest_bytes_cached(out, monkeypatch, bulk):
     sink.bulk(bulk)
     block = b'{"x":"' + b"a" * 1000 + b'"}\n'
     for _ in range(3):
-        sink.change_lines(block * 8192)   # ~8 MB a commit
+        sink.change_lines(block * 8192, **_at(8192))   # ~8 MB a commit
         sink.flush()
         sink.begin_sync()
         sink.sync()
@@ -382,11 +395,11 @@ def test_bulk_writes_in_its_thread_and_sync_waits_for_them(out, monkeypatch):
     gate.set()
     sink = open_sink(out)
     sink.change(change(0))
-    before = sink.commit()["offset"]
+    before = commit(sink)["offset"]
     sink.bulk(True)
     gate.clear()
     buf = bytearray(b'{"n":1}\n' * 1000)
-    sink.change_lines(memoryview(buf))
+    sink.change_lines(memoryview(buf), **_at(1000))
     state = sink.flush()
     path = out / "changes-000001.jsonl"
     assert state["offset"] == before + len(buf) and path.stat().st_size == before  # not written yet
@@ -401,7 +414,7 @@ def test_bulk_writes_in_its_thread_and_sync_waits_for_them(out, monkeypatch):
     buf.extend(b"x")   # no view of it is held any more
     sink.change(change(1))
     sink.bulk(False)
-    assert sink.commit()["offset"] == path.stat().st_size
+    assert commit(sink)["offset"] == path.stat().st_size
     sink.close()
     assert lines(path) == [change(0)] + [{"n": 1}] * 1000 + [change(1)]
     assert _GatedWrites.threads[1].startswith("jsonl-writer") and _GatedWrites.threads[0] == "MainThread"
@@ -412,16 +425,16 @@ def test_bulk_write_failure_is_a_sink_error_at_sync(out, disk):
     next call): the checkpoint never covers it, and reopening at the last state cuts it off."""
     sink = open_sink(out)
     sink.change(change(0))
-    state = sink.commit()
+    state = commit(sink)
     sink.bulk(True)
     disk["write"] = True
-    sink.change_lines(b'{"n":1}\n' * 10)
+    sink.change_lines(b'{"n":1}\n' * 10, **_at(10))
     sink.flush()
     sink.begin_sync()
     with pytest.raises(SinkError, match="No space left on device"):
         sink.sync()
     with pytest.raises(SinkError, match="No space left on device"):
-        sink.change_lines(b'{"n":2}\n')
+        sink.change_lines(b'{"n":2}\n', **_at(1))
     disk["write"] = False
     sink.bulk(False)
     sink.close()
@@ -435,8 +448,29 @@ def test_bulk_rotation_waits_for_the_write(out):
     sink = open_sink(out, max_file_bytes=1000)
     sink.bulk(True)
     for n in range(3):
-        sink.change_lines(b'{"n":%d}\n' % n * 200)
-        assert sink.commit() == {"file": f"changes-00000{n + 2}.jsonl", "offset": 0}
+        sink.change_lines(b'{"n":%d}\n' % n * 200, **_at(200))
+        assert commit(sink) == {"file": f"changes-00000{n + 2}.jsonl", "offset": 0}
     sink.bulk(False)
     sink.close()
     assert [lines(out / f"changes-00000{n + 1}.jsonl") for n in range(3)] == [[{"n": n}] * 200 for n in range(3)]
+
+
+@pytest.mark.parametrize("fmt", ["binlogd", "debezium"])
+def test_change_lines_are_what_change_writes_in_the_binlogd_format_only(out, tmp_path, fmt):
+    """Lines of the "binlogd" format are written as they are, the bytes change() writes for their dicts; a sink
+    in another format declines them (False) and writes nothing."""
+    from binlogd.library.serialize import dumps
+
+    changes = [change(i) for i in range(5)]
+    text = b"".join(dumps(c) + b"\n" for c in changes)
+    by_lines, by_dicts = open_sink(out, format=fmt), open_sink(tmp_path / "dicts", format=fmt)
+    took = by_lines.change_lines(memoryview(text), **_at(5))
+    for c in changes if fmt == "binlogd" else ():
+        by_dicts.change(c)
+    commit(by_lines), commit(by_dicts)
+    by_lines.close(), by_dicts.close()
+    written = (out / "changes-000001.jsonl").read_bytes()
+    assert took is (fmt == "binlogd")
+    assert written == (text if took else b"")
+    if took:
+        assert written == (tmp_path / "dicts" / "changes-000001.jsonl").read_bytes()

@@ -17,6 +17,14 @@ from binlogd.daemon.sinks.stdout import StdoutSink
 from tests.support.sinks import change
 
 
+def commit(sink) -> dict:
+    """Flush, hand over and sync, as the Committer does: the state once durable."""
+    state = sink.flush()
+    sink.begin_sync()
+    sink.sync()
+    return state
+
+
 def test_stdout_writes_json_lines_and_flushes_on_commit():
     raw = io.BytesIO()
     buffered = io.BufferedWriter(raw, buffer_size=1 << 16)
@@ -25,7 +33,7 @@ def test_stdout_writes_json_lines_and_flushes_on_commit():
     sink.change(change(0))
     sink.change(change(1))
     assert raw.getvalue() == b""  # not flushed before the commit
-    assert sink.commit() == {}
+    assert commit(sink) == {}
     assert [json.loads(line) for line in raw.getvalue().splitlines()] == [change(0), change(1)]
     assert raw.getvalue().endswith(b"\n") and raw.getvalue().count(b"\n") == 2
 
@@ -42,7 +50,7 @@ def test_stdout_commit_calls_flush():
     sink = StdoutSink(out)
     sink.change({"a": 1})
     assert out.flushes == 0
-    sink.commit()
+    commit(sink)
     assert out.flushes == 1
     assert out.getvalue() == b'{"a":1}\n'
 
@@ -55,7 +63,7 @@ def test_stdout_broken_pipe_is_a_sink_error():
     sink = StdoutSink(Broken())
     sink.change({"a": 1})
     with pytest.raises(SinkError, match="Broken pipe"):
-        sink.commit()
+        commit(sink)
 
 
 def test_stdout_defaults_to_the_process_stdout(monkeypatch):
@@ -63,7 +71,7 @@ def test_stdout_defaults_to_the_process_stdout(monkeypatch):
     monkeypatch.setattr(sys, "stdout", SimpleNamespace(buffer=buf))
     sink = StdoutSink()
     sink.change({"a": 1})
-    sink.commit()
+    commit(sink)
     assert buf.getvalue() == b'{"a":1}\n'
 
 
@@ -78,3 +86,15 @@ def test_make_sink_kinds(tmp_path):
     assert isinstance(make_sink(SimpleNamespace(kind="stdout", format="debezium", server_name="x")), StdoutSink)
     with pytest.raises(SinkError, match="kafka"):
         make_sink(SimpleNamespace(kind="kafka", format="binlogd", server_name="binlogd"))
+
+
+@pytest.mark.parametrize("fmt", ["binlogd", "debezium"])
+def test_stdout_takes_change_lines_in_the_binlogd_format_only(fmt):
+    from binlogd.library.serialize import dumps
+
+    text = b"".join(dumps(change(i)) + b"\n" for i in range(3))
+    out = io.BytesIO()
+    sink = StdoutSink(out, format=fmt)
+    took = sink.change_lines(memoryview(text), count=3, prefix="snapshot:0:0", first=0, schema="db", table="t")
+    commit(sink)
+    assert took is (fmt == "binlogd") and out.getvalue() == (text if took else b"")
