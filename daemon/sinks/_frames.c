@@ -1,6 +1,5 @@
-/* daemon._frames: the bus sinks' per-row framing in C, each function the twin of the Python one of
- * the same name in daemon/sinks/frames.py, with byte-identical results. It lives in daemon/, not sinks/: the
- * sinks package's __init__ imports the sinks, so a module under it would close an import cycle (test_sans_io).
+/* daemon.sinks._frames: the bus sinks' per-row framing in C, each function the twin of the Python one of
+ * the same name in daemon/sinks/frames.py, with byte-identical results.
  *
  * Every function takes one block: ``lines``, n change payloads each ending in '\n' (bytes), and returns the
  * bytes of n requests, one per line, the payload without its newline. ``lines`` holding other than exactly
@@ -263,7 +262,7 @@ static PyMethodDef methods[] = {
     {"redis_xadds", (PyCFunction)(void (*)(void))redis_xadds, METH_FASTCALL,
      PyDoc_STR("redis_xadds(head, lines, n) -> bytes; see daemon/sinks/frames.py.")},
     {"nats_hpubs", (PyCFunction)(void (*)(void))nats_hpubs, METH_FASTCALL,
-     PyDoc_STR("nats_hpubs(subject, sid, file, pos, row0, seq0, lines, n) -> bytes; see daemon/sinks/frames.py.")},
+     PyDoc_STR("nats_hpubs(subject, sid, prefix, row0, seq0, lines, n) -> bytes; see daemon/sinks/frames.py.")},
     {"copy_rows", (PyCFunction)(void (*)(void))copy_rows, METH_FASTCALL,
      PyDoc_STR("copy_rows(lines, n, file, pos, row0, tail) -> bytes; see daemon/sinks/frames.py.")},
     {NULL, NULL, 0, NULL},

@@ -1,8 +1,9 @@
 """The bus sinks' per-row framing: one call per block of change payloads makes the requests of all of them.
 
 A *block* is ``lines``, n change payloads each ending in ``\\n`` (a rows event's changes as
-:func:`library.debezium.rows_writer` returns them; JSON never holds a raw newline), and the fields its rows
-share. Each function returns the bytes of n requests, one per line, the payload without its newline:
+:func:`library.debezium.rows_writer` returns them, or a snapshot chunk's as ``Sink.change_lines`` takes them;
+JSON never holds a raw newline), and the fields its rows share. Each function returns the bytes of n requests,
+one per line, the payload without its newline:
 
 - :func:`redis_xadds`: Redis XADDs in RESP (daemon/sinks/redis.py);
 - :func:`nats_hpubs`: NATS HPUBs with binlogd's headers (daemon/sinks/nats.py);

@@ -1,4 +1,4 @@
-"""The C extensions never go missing silently (issue 27).
+"""The C extensions never go missing silently.
 
 - Under CI (``CI`` set) or with ``BINLOGD_REQUIRE_C`` set, every fast path is the C one: each extension of
   ``protocol.speedups.EXTENSIONS`` imports, and each module that can fall back to Python holds the C
@@ -26,16 +26,18 @@ def test_every_fast_path_is_the_c_one():
     assert speedups.ENABLED, "BINLOGD_PURE_PYTHON turns the C extensions off in this run"
     assert speedups.missing() == [], speedups.missing_message()
     from binlogd.daemon.sinks import frames
-    from binlogd.library import jsonrows
+    from binlogd.library import jsonrows, textjson
     from binlogd.library.sqlwriter import native
-    from binlogd.protocol import decoder, packet, rowcodec, skim
+    from binlogd.protocol import decoder, packet, rowcodec, skim, textrows
 
     fast = {"protocol.rowcodec.C": rowcodec.C, "protocol.skim.C": skim.C, "protocol.decoder._frame_c":
             decoder._frame_c, "protocol.decoder._rows_like_c": decoder._rows_like_c,
             "protocol.packet._ok_payloads_c": packet._ok_payloads_c, "library.jsonrows.C": jsonrows.C,
-            "library.sqlwriter.native.C": native.C, "daemon.sinks.frames.C": frames.C}
+            "library.sqlwriter.native.C": native.C, "daemon.sinks.frames.C": frames.C,
+            "protocol.textrows.C": textrows.C, "library.textjson.C": textjson.C}
     assert not [name for name, value in fast.items() if value is None], fast
     assert jsonrows._speedups and native.speedups_enabled()
+    assert textrows.scan is textrows.C.scan and textjson.lines is textjson.C.lines and frames.redis_xadds is frames.C.redis_xadds
     assert {type(value).__name__ for value in fast.values()} <= {"module", "builtin_function_or_method"}
 
 
