@@ -2,7 +2,8 @@
 
 pyproject allows ``aiomysql>=0.2,<0.4``; this runs on whichever is installed (0.3.2 when written) and
 prints it. The seam's private uses are each exercised for real against the fake primary: the connection
-subclass's authentication, the transport, and the StreamReader's held bytes, EOF and error. The ed25519
+subclass's authentication, the transport, and the StreamReader's held bytes, EOF and error (``send_query``, the
+snapshot's COM_QUERY, against real servers in tests/integration/test_snapshot_rows.py). The ed25519
 signature is checked with PyNaCl's standard Ed25519 verification against the public key a real MariaDB
 10.11 stored for the password (``CREATE USER … IDENTIFIED VIA ed25519 USING PASSWORD('xyzzy-€-pässwörd')``).
 """
@@ -34,7 +35,7 @@ def test_installed_aiomysql_is_in_the_range_and_has_what_the_seam_uses():
     version = tuple(int(x) for x in aiomysql.__version__.split(".")[:2])
     print(f"\n[seam] aiomysql {aiomysql.__version__}")
     assert (0, 2) <= version < (0, 4), aiomysql.__version__
-    for name in ("_process_auth", "_read_packet", "_connect", "write_packet"):
+    for name in ("_process_auth", "_read_packet", "_connect", "write_packet", "_execute_command"):
         assert callable(getattr(Connection, name, None)), f"aiomysql.Connection.{name} is gone"
 
 
