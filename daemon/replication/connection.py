@@ -160,12 +160,15 @@ class SourceConnection:
     Args:
         source: the :class:`daemon.config.SourceConfig`.
         receive_buffer: bytes per receive buffer (RECEIVE_BUFFER, or RAW_RECEIVE_BUFFER).
+    Fields:
+        receive_buffer: the bytes of each buffer the socket writes event packets into.
     """
 
     def __init__(self, source, receive_buffer: int = RECEIVE_BUFFER):
         self.cfg = source
         self.conn = None
         self.info: ServerInfo | None = None
+        self.receive_buffer = receive_buffer
         self._packets = BufferedPacketReader(buffer_size=receive_buffer)
         self._receiver: _Receiver | None = None  # the transport's protocol from COM_REGISTER_SLAVE on
         self._pending: bytes | memoryview | None = None  # an ERR/EOF packet seen while batching

@@ -143,8 +143,8 @@ def test_session_receive_buffers_are_larger_only_without_rows():
 
     config = load_config(None, env={})
     assert (RECEIVE_BUFFER, RAW_RECEIVE_BUFFER) == (1 << 20, 4 << 20)
-    assert Session(config, Metrics()).conn._packets._size == RECEIVE_BUFFER
-    assert Session(config, Metrics(), rows=False).conn._packets._size == RAW_RECEIVE_BUFFER
+    assert Session(config, Metrics()).conn.receive_buffer == RECEIVE_BUFFER
+    assert Session(config, Metrics(), rows=False).conn.receive_buffer == RAW_RECEIVE_BUFFER
 
 
 @pytest.mark.parametrize("kind, rows", [("archive", False), ("jsonl", True)])
