@@ -357,6 +357,29 @@ class DaemonConfig(Section):
 
 
 @record
+class HaConfig(Section):
+    """``[ha]``: high availability of binlogd itself (README, "High availability"). Fields: mode (``off``, or
+    ``lease``: one instance is active, the others wait as standbys; bus sinks only); lease_seconds (a standby
+    takes over about this long after the active stopped renewing); name (shown in logs and metrics; default
+    ``<host name>:<pid>``, see :attr:`holder`)."""
+
+    SECTION: ClassVar[str] = "ha"
+    mode: str = setting("off", choices=("off", "lease"))
+    lease_seconds: float = setting(5.0, lo=0.5, hi=3600.0)
+    name: str = ""
+
+    @property
+    def holder(self) -> str:
+        """This instance's name in the lease: ``name``, else ``<host name>:<pid>``."""
+        import socket
+
+        return self.name.strip() or f"{socket.gethostname()}:{os.getpid()}"
+
+
+BUS_KINDS = ("redis", "nats", "postgres")  # the sinks whose broker holds the checkpoint (and can hold a lease)
+
+
+@record
 class Config:
     """The whole configuration: one field per TOML section."""
 
@@ -371,6 +394,13 @@ class Config:
     reconnect: ReconnectConfig = field(default_factory=ReconnectConfig)
     log: LogConfig = field(default_factory=LogConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
+
+    def __post_init__(self):
+        if self.ha.mode == "lease" and self.sink.kind not in BUS_KINDS:
+            raise ConfigError("ha.mode", f"'lease' needs a sink whose broker holds the lease and the checkpoint "
+                                         f"({', '.join(BUS_KINDS)}); sink.kind {self.sink.kind!r} writes files "
+                                         "only one instance can own")
 
     def redacted(self) -> dict:
         """A nested plain dict of every value, safe to log: the password is ``"***"`` (``""`` if unset)."""

@@ -28,6 +28,7 @@ import logging
 import random
 import time
 
+from binlogd.daemon import standby
 from binlogd.daemon.delivery.checkpoint import CheckpointStore
 from binlogd.daemon.delivery.committer import Committer
 from binlogd.daemon.delivery.consumer import Consumer
@@ -41,6 +42,7 @@ from binlogd.daemon.replication.schemaqueries import ServerSchema
 from binlogd.daemon.replication.serverschema import DaemonSchema, history_path
 from binlogd.daemon.replication.session import Session
 from binlogd.daemon.sinks import SinkError, make_sink
+from binlogd.daemon.sinks.lease import Lease, lease_for
 from binlogd.daemon.state import CheckpointError, ResumeState
 from binlogd.daemon.tasks import close_tasks
 from binlogd.protocol.decoder import Decoder
@@ -81,6 +83,7 @@ class Daemon:
             ``source.hosts`` a :class:`~.failover.Failover` (made again by :meth:`start`, from the checkpoint).
         sessions: sessions that reached streaming.
         stopping: set once a stop was asked for.
+        lease: the ``[ha]`` lease (:mod:`~.sinks.lease`), None with ``ha.mode = "off"``.
         metrics_server: the HTTP server (``.port`` is the bound port) once started.
     """
 
@@ -102,6 +105,9 @@ class Daemon:
         self._source = config.source  # the server of the current session (the schema lookups ask it)
         self.sessions = 0
         self.stopping = asyncio.Event()
+        self.lease: Lease | None = None if config.ha.mode == "off" else \
+            lease_for(config.sink, config.ha.holder, config.ha.lease_seconds)
+        self._lost = asyncio.Event()  # [ha]: another instance took the lease; the sessions end, we stand by
         self.metrics_server: MetricsServer | None = None
         self._main: asyncio.Task | None = None
         self._watchdog: asyncio.Task | None = None
@@ -140,8 +146,11 @@ class Daemon:
         try:
             self.store.acquire()
             loaded = self.store.load()
-            await asyncio.to_thread(self.sink.open, loaded.sink if loaded else None)
-            state = adopt(self.sink, ResumeState.from_checkpoint(loaded) if loaded else None, self.log, self.metrics)
+            state = ResumeState.from_checkpoint(loaded) if loaded else None
+            if self.lease is None:  # with [ha] the sink opens once the lease is ours (_reopen_sink)
+                await asyncio.to_thread(self.sink.open, loaded.sink if loaded else None)
+                state = adopt(self.sink, state, self.log, self.metrics)
+                self.metrics.ha_active(0)
         except (CheckpointError, SinkError) as exc:
             self.store.release()
             raise StartError(str(exc), getattr(exc, "exit_code", None) or EXIT_CHECKPOINT) from exc
@@ -204,7 +213,7 @@ class Daemon:
     async def _run_sessions(self) -> int:
         """The main task: sessions until stopped; then everything is closed (after the last sync)."""
         try:
-            return await self._loop()
+            return await (self._loop() if self.lease is None else self._ha_sessions())
         finally:
             if self._deadline is not None:
                 self._deadline.cancel()
@@ -212,6 +221,8 @@ class Daemon:
             self.metrics.set_up(False)
             await self.committer.drain()
             await asyncio.to_thread(self.sink.close)
+            if self.lease is not None:
+                await standby.give_up(self.lease, self.log)
             if self.schema is not None:
                 await self.schema.close()
             self.store.release()
@@ -237,12 +248,65 @@ class Daemon:
 
         return asyncio.create_task(ping())
 
+    # ------------------------------------------------------------------ high availability
+    async def _ha_sessions(self) -> int:
+        """``[ha]``: stand by until the lease is ours, then run sessions (each reopens the sink with the lease's
+        epoch, at the broker's committed position) until stopped or another instance took the lease; then step
+        down and stand by again. Returns the exit code."""
+        try:
+            while await standby.wait_for_lease(self.lease, self.stopping, self.log, self.metrics):
+                self._lost.clear()
+                self.sink.epoch = self.lease.epoch
+                keeper = asyncio.create_task(standby.keep_lease(self.lease, self.log, self._lose))
+                try:
+                    rc = await self._loop()
+                finally:
+                    await close_tasks(keeper)
+                if not self._lost.is_set():
+                    return rc
+                await self._step_down()
+        except SinkError as exc:  # the broker refused the credentials
+            self.log.error("%s", exc)
+            return exc.exit_code or EXIT_AUTH
+        return EXIT_OK
+
+    def _lose(self) -> None:
+        """Another instance took the lease: end the session now (nothing it writes can commit any more)."""
+        self._lost.set()
+        if self._ending is not None:
+            self._ending.set()
+        self._cancel_session()
+
+    async def _confirm_lease(self) -> None:
+        """Before the sink opens (a NATS open fences every other writer): the lease is still ours.
+
+        Raises:
+            SinkError: another instance took it (:attr:`_lost` set), or the broker did not answer (retried).
+        """
+        held = await standby.renewed(self.lease)
+        if held is False:
+            self._lost.set()
+        if not held:
+            raise SinkError(f"ha: {'another instance took' if held is False else 'cannot renew'} {self.lease.where}")
+
+    async def _step_down(self) -> None:
+        """Close the sink, forget a start not yet committed, and say so: the instance stands by again."""
+        epoch, self.lease.epoch = self.lease.epoch, None
+        self.log.warning("ha: %s lost the lease (epoch %s) to another instance: stepping down to standby",
+                         self.lease.holder, epoch)
+        self.metrics.set_up(False)
+        self.metrics.ha_standby()
+        await self.committer.drain()
+        await asyncio.to_thread(self.sink.close)
+        if not self._started:
+            self._start = None
+
     # ------------------------------------------------------------------ sessions
     async def _loop(self) -> int:
         """Sessions with backoff between them; returns the exit code."""
         rc = self.cfg.reconnect
         delay, attempts, began = rc.initial_seconds, 0, time.monotonic()
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and not self._lost.is_set():
             self._progress = time.monotonic()
             sessions_before = self.sessions
             try:
@@ -271,6 +335,9 @@ class Daemon:
                 durable = self.committer.durable
                 at = f"{durable.position.file}:{durable.position.pos}" if durable else "start"
                 message, level = f"{exc}; checkpoint stays at {at}, retrying", logging.ERROR
+                if self.lease is not None and (self._lost.is_set() or await standby.renewed(self.lease) is False):
+                    self._lost.set()  # a fenced commit: another instance took the lease
+                    return EXIT_OK
             self.metrics.set_up(False)
             if self.sessions > sessions_before:  # it did stream: start the backoff over
                 delay, attempts = rc.initial_seconds, 0
@@ -310,9 +377,9 @@ class Daemon:
         try:
             await task
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling() or not self.stopping.is_set():
+            if asyncio.current_task().cancelling() or not (self.stopping.is_set() or self._lost.is_set()):
                 raise
-            if self._streaming:
+            if self._streaming and not self._lost.is_set():
                 self.log.warning("shutdown: the session was still busy after %.0fs (a schema seed?); what it had "
                                  "not committed is read again at the next start", self.cfg.daemon.shutdown_seconds)
         finally:
@@ -372,10 +439,13 @@ class Daemon:
     async def _reopen_sink(self) -> None:
         """Back to the last durable commit: discard what the last session wrote after it; a sink that commits
         the position with its data says where the session resumes (:func:`.resumerule.adopt`)."""
-        if self._started:
+        if self.lease is not None:
+            await self._confirm_lease()
+        if self._started or self.lease is not None:  # [ha]: opened with the lease's epoch, as the broker has it
+            durable = self.committer.durable
             await self.committer.drain()
             await asyncio.to_thread(self.sink.close)
-            await asyncio.to_thread(self.sink.open, self.committer.durable.sink)
+            await asyncio.to_thread(self.sink.open, durable.sink if durable else None)
             self.committer.durable = adopt(self.sink, self.committer.durable, self.log, self.metrics)
 
     async def _check_source(self, session: Session, info: ServerInfo) -> None:

@@ -26,6 +26,10 @@ Choices, stated once:
   gives 42), -1 when the name has none.
 - Readiness: up (streaming) and the checkpoint fresh, meaning saved within the allowed age or
   no transaction counted by :meth:`Metrics.transaction` since the last save.
+- High availability (``[ha]``): ``binlogd_ha_active`` is 1 on the active instance and 0 on a standby (with
+  ``mode = "off"`` 1 once started: the one instance is the active one); ``binlogd_ha_epoch`` the lease's epoch
+  held (0 while standing by). A standby is ready while it can reach the broker holding the lease: it is doing
+  its job, and a rolling update must not wait for it to become the active one.
 - Each figure has one writer thread at a time (the consumer's, or the archive uploader's for
   ``upload_*``); a collection reads them from any thread.
 
@@ -85,6 +89,10 @@ _METRICS = (
     (_GAUGE, "snapshot_chunks_total", "binlogd_snapshot_chunks_total",
      "Snapshot chunks of a table, estimated from information_schema's row count / chunk_rows", ("table",)),
     (_GAUGE, "snapshot_state", "binlogd_snapshot_state", "Snapshot: 0 none, 1 running, 2 done", ()),
+    (_GAUGE, "ha_active", "binlogd_ha_active", "1 while this instance is the active one (with ha.mode off: once "
+     "started), 0 while it stands by", ()),
+    (_GAUGE, "ha_epoch", "binlogd_ha_epoch", "The [ha] lease's fencing epoch this instance holds (0: none)", ()),
+    (_COUNTER, "ha_takeovers", "binlogd_ha_takeovers_total", "Times this instance took the [ha] lease", ()),
 )
 
 
@@ -150,6 +158,7 @@ class Metrics:
         self._checkpoint_at = start
         self._pending = 0
         self._is_up = False
+        self._standby: str | None = None  # while standing by ([ha]): why not ready ("" when ready)
 
     @property
     def registry(self):
@@ -309,6 +318,23 @@ class Metrics:
         """Count one broker found behind what was delivered to it."""
         self._count("sink_gaps")
 
+    def ha_active(self, epoch: int) -> None:
+        """This instance is the active one, holding the lease's ``epoch`` (0: no lease, ha.mode off)."""
+        self._standby = None
+        self._series["ha_active"][()] = 1
+        self._series["ha_epoch"][()] = epoch
+
+    def ha_standby(self, unreachable: str = "") -> None:
+        """This instance stands by; ``unreachable`` says why it cannot reach the broker holding the lease ("": it
+        can, and is ready)."""
+        self._standby = unreachable
+        self._series["ha_active"][()] = 0
+        self._series["ha_epoch"][()] = 0
+
+    def ha_takeover(self) -> None:
+        """Count one taking of the lease."""
+        self._count("ha_takeovers")
+
     # -- read at scrape time -----------------------------------------------------------------
 
     def lag(self) -> float:
@@ -332,11 +358,16 @@ class Metrics:
         return self._pending
 
     def readiness(self, max_checkpoint_age: float) -> tuple[bool, str]:
-        """Return (ready, reason): ready when streaming and the checkpoint is fresh.
+        """Return (ready, reason): ready when streaming and the checkpoint is fresh, or when standing by
+        (``[ha]``) and the broker holding the lease is reachable.
 
         Fresh means saved within ``max_checkpoint_age`` seconds, or no transaction pending since
         the last save. The reason is "ready" or says what is wrong.
         """
+        if self._standby is not None:
+            if self._standby:
+                return False, f"standby, and the broker holding the lease is unreachable: {self._standby}"
+            return True, "standby: ready to take over"
         if not self._is_up:
             return False, "not streaming"
         age = self.checkpoint_age()

@@ -68,10 +68,14 @@ class BusSink(Sink):
     Fields:
         name: "<kind> sink at <url without password>", for messages.
         remote: the Checkpoint the broker held at :meth:`open` (Redis, PostgreSQL), else None.
+        epoch: the ``[ha]`` lease's fencing epoch this instance holds (:mod:`.lease`), set before :meth:`open`;
+            every commit checks it in the broker's atomic step and fails once another instance took the lease
+            (None: no lease, no check).
     """
 
     KIND = "bus"
     commits_position = True
+    epoch: int | None = None
 
     def __init__(self, url: str, max_change_bytes: int, format: str = "binlogd",
                  server_name: str = DEFAULT_SERVER_NAME):

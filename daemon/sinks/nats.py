@@ -56,6 +56,8 @@ class NatsSink(BusSink):
         self.stream, self.subject = stream, subject
         self.filter = subject.split("{", 1)[0] + ">"
         self.checkpoint_subject = f"_binlogd.checkpoint.{stream}"
+        self.fence_subject = f"_binlogd.fence.{stream}"  # [ha]: a taker's fence (see _fence_stream)
+        self._tail = ""  # the Binlogd-Source of a commit cut short whose changes are skipped, at open
         self._subjects: dict = {}
         self._nc = self._js = None
         self._seq = 0
@@ -87,8 +89,22 @@ class NatsSink(BusSink):
         self._seq, self._skip = info.state.last_seq, None
         checkpoint, at = await self._last_checkpoint()
         self._use_checkpoint(checkpoint)
+        self._tail = ""
         if self._seq > at:  # a commit cut short: what it stored is not sent again
             await self._cut_short(at)
+        if self.epoch is not None:
+            await self._fence_stream()
+
+    async def _fence_stream(self) -> None:
+        """``[ha]``: publish a fence (subject ``_binlogd.fence.<stream>``, header ``Binlogd-Fence`` = our epoch) in
+        the chain, expecting the last sequence read at open: every message of an older writer, which expects an
+        earlier sequence, is refused from here on. It repeats the ``Binlogd-Source`` of a tail being skipped, so
+        the next open skips the same changes. Raises SinkError when another writer came first (the open fails)."""
+        headers = {"Binlogd-Fence": str(self.epoch), "Nats-Rollup": "sub"}
+        if self._tail:
+            headers["Binlogd-Source"] = self._tail
+        await self._publish(self.fence_subject, b"", headers)
+        await self._commit(None)
 
     async def _stream_info(self):
         """The stream's info, made or given the checkpoint subject as needed.
@@ -102,15 +118,17 @@ class NatsSink(BusSink):
         try:
             info = await self._js.stream_info(self.stream)
         except NotFoundError:
-            return await self._js.add_stream(name=self.stream, subjects=[self.filter, self.checkpoint_subject],
+            fence = [self.fence_subject] if self.epoch is not None else []
+            return await self._js.add_stream(name=self.stream, subjects=[self.filter, self.checkpoint_subject, *fence],
                                              storage=api.StorageType.FILE, allow_rollup_hdrs=True)
         subjects = list(info.config.subjects or [])
         if self.filter not in subjects or info.config.storage != api.StorageType.FILE:
             raise SinkError(f"{self.name}: stream {self.stream} exists with subjects {subjects} and "
                             f"{info.config.storage} storage; binlogd needs {self.filter!r} among its subjects "
                             "and file storage", fatal=True, exit_code=EXIT_MISCONFIGURED)
-        if self.checkpoint_subject not in subjects or not info.config.allow_rollup_hdrs:
-            info.config.subjects = sorted({*subjects, self.checkpoint_subject})
+        wanted = {self.checkpoint_subject, *([self.fence_subject] if self.epoch is not None else [])}
+        if not wanted <= set(subjects) or not info.config.allow_rollup_hdrs:
+            info.config.subjects = sorted({*subjects, *wanted})
             info.config.allow_rollup_hdrs = True
             info = await self._js.update_stream(info.config)
         return info
@@ -144,6 +162,8 @@ class NatsSink(BusSink):
         """
         msg = await self._js.get_msg(self.stream, self._seq)
         source = (msg.headers or {}).get("Binlogd-Source") or ""
+        if not source and "Binlogd-Fence" in (msg.headers or {}):  # [ha]: a fence with nothing cut short before it
+            return
         if source.count(":") == 2:  # written before ids named the inner event
             file, pos, row = source.rsplit(":", 2)
             source = f"{file}:{pos}:0:{row}"
@@ -154,7 +174,7 @@ class NatsSink(BusSink):
                             "has no Binlogd-Source header: something else publishes to the stream",
                             fatal=True, exit_code=EXIT_MISCONFIGURED) from None
         if key[0] != 0:
-            self._skip = key
+            self._skip, self._tail = key, source
         elif self._seq - at <= TAIL_DELETES:
             for seq in range(at + 1, self._seq + 1):
                 await self._js.delete_msg(self.stream, seq)

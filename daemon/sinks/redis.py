@@ -52,6 +52,7 @@ from binlogd.daemon.sinks.bus import (
     BusSink,
 )
 from binlogd.daemon.sinks.frames import redis_xadds
+from binlogd.daemon.sinks.lease import epoch_key
 from binlogd.library.checkpointfile import Checkpoint
 
 log = logging.getLogger("binlogd")
@@ -60,9 +61,13 @@ STAGE_BYTES = 32 << 20  # entries buffered for one commit before they go to the 
 MOVE_ENTRIES = 1000     # staged entries moved by one script at most
 MOVE_BYTES = 1 << 20    # ... and their payloads' bytes at most (at least one entry)
 
-# Last in a commit's MULTI. KEYS[1] = checkpoint key, then the streams written; ARGV[1] = checkpoint ('' keeps it)
+# Last in a commit's MULTI. KEYS[1] = checkpoint key, KEYS[2] = epoch key, then the streams written; ARGV[1] =
+# checkpoint ('' keeps it), ARGV[2] = the [ha] epoch held ('': no lease)
 _SAVE = b"""
-for i = 2, #KEYS do
+if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return redis.error_reply('FENCED epoch ' .. ARGV[2] .. ' was taken over (' .. KEYS[2] .. '): checkpoint not moved')
+end
+for i = 3, #KEYS do
   local kind = redis.call('TYPE', KEYS[i])['ok']
   if kind ~= 'stream' then
     return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' is a ' .. kind .. ', not a stream: checkpoint not moved')
@@ -71,8 +76,12 @@ end
 if ARGV[1] ~= '' then redis.call('SET', KEYS[1], ARGV[1]) end
 return 1
 """
-# KEYS[1] = staging stream, KEYS[2] = pending key; ARGV[1] = checkpoint ('' keeps it), ARGV[2] = entries staged
+# KEYS[1] = staging stream, KEYS[2] = pending key, KEYS[3] = epoch key; ARGV[1] = checkpoint ('' keeps it),
+# ARGV[2] = entries staged, ARGV[3] = the [ha] epoch held ('': no lease)
 _DECIDE = b"""
+if ARGV[3] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[3] then
+  return redis.error_reply('FENCED epoch ' .. ARGV[3] .. ' was taken over (' .. KEYS[3] .. '): commit not decided')
+end
 local n = redis.call('XLEN', KEYS[1])
 if n ~= tonumber(ARGV[2]) then
   return redis.error_reply('staging stream ' .. KEYS[1] .. ' holds ' .. n .. ' entries, not the ' .. ARGV[2] ..
@@ -244,6 +253,9 @@ class RedisSink(BusSink):
         super().__init__(url, max_change_bytes, **kw)
         self.stream, self.checkpoint_key = stream, checkpoint_key
         self.staging_key, self.pending_key = f"{checkpoint_key}:staging", f"{checkpoint_key}:pending"
+        self.epoch_key = epoch_key(checkpoint_key)  # the [ha] lease's fencing epoch (:mod:`.lease`)
+        self._watch = _pack([b"WATCH", self.epoch_key.encode()]) + _pack([b"GET", self.epoch_key.encode()])
+        self._watching = False     # the open MULTI began with WATCH and GET of the epoch key, replies owed
         self._streams: dict = {}   # (schema, table) -> (stream name, its XADD's packed head, its staging XADD's
         #                            packed head), its type checked
         self._buf: list = []       # the pieces written since the last commit, not staged
@@ -263,6 +275,7 @@ class RedisSink(BusSink):
 
         self._buf, self._buf_bytes, self._staged, self._streams, self._queued = [], 0, 0, {}, 0
         self._inflight, self._written, self._staging, self._undecided = 0, set(), 0, False
+        self._watching = False
         self._r = aioredis.from_url(self.url, socket_timeout=WAIT_SECONDS, socket_connect_timeout=10,
                                     retry_on_timeout=False)
         await self._r.ping()
@@ -321,7 +334,7 @@ class RedisSink(BusSink):
             await self._stage(piece)
             return
         streams, written, last = self._streams, self._written, None
-        out = [] if self._queued else [b"*1\r\n$5\r\nMULTI\r\n"]
+        out = [] if self._queued else [self._opening()]
         size = rows = 0
         for meta, lines, n in piece:
             stream = streams.get(meta[:2]) or await self._stream_of(meta[0], meta[1])
@@ -356,9 +369,42 @@ class RedisSink(BusSink):
             raise value
         return value
 
+    def _opening(self) -> bytes:
+        """A MULTI's opening. With an epoch (``[ha]``), WATCH and GET of the epoch key first: the commit's EXEC then
+        runs nothing if the epoch changes after the WATCH, and is not sent if it had changed before (:meth:`_fence`)."""
+        if self.epoch is None:
+            return b"*1\r\n$5\r\nMULTI\r\n"
+        self._watching = True
+        return self._watch + b"*1\r\n$5\r\nMULTI\r\n"
+
+    async def _watched(self) -> bytes | None:
+        """Read the open MULTI's WATCH and GET replies if owed; returns the epoch the GET read (None: not owed)."""
+        if not self._watching:
+            return None
+        self._watching = False
+        await self._reply()
+        return await self._reply() or b""
+
+    async def _fence(self, n: int) -> None:
+        """Before the EXEC of the open MULTI (``n`` replies owed): raise, and DISCARD it, if the epoch read after its
+        WATCH is not ours. Raises SinkError (retryable; the daemon then finds the lease lost)."""
+        held = await self._watched()
+        if held is None or held == b"%d" % self.epoch:
+            return
+        self._queued, self._written, self._buf, self._buf_bytes = 0, set(), [], 0
+        await self._conn.send_packed_command(b"*1\r\n$7\r\nDISCARD\r\n", check_health=False)
+        await self._replies(n)
+        await self._reply()
+        raise SinkError(f"{self.name}: fenced: epoch {self.epoch} was taken over ({self.epoch_key} is "
+                        f"{held.decode(errors='replace')}); nothing of this commit was written")
+
+    def _epoch_arg(self) -> bytes:
+        return b"" if self.epoch is None else b"%d" % self.epoch
+
     async def _discard(self) -> None:
         """Drop the open MULTI (its XADDs stay in the buffer)."""
         await self._settle()
+        await self._watched()
         if self._queued:
             n, self._queued = self._queued, 0
             self._written = set()
@@ -398,8 +444,8 @@ class RedisSink(BusSink):
     async def _commit(self, checkpoint: bytes | None) -> bool | None:
         if self._undecided:
             await self._staged_replies()
-            await self._eval(_DECIDE, [self.staging_key, self.pending_key],
-                             [checkpoint or b"", b"%d" % self._staged])
+            await self._eval(_DECIDE, [self.staging_key, self.pending_key, self.epoch_key],
+                             [checkpoint or b"", b"%d" % self._staged, self._epoch_arg()])
             self._staged, self._undecided = 0, False
             keys = [self.staging_key, self.pending_key, self.checkpoint_key]
             bounds = [b"%d" % MOVE_ENTRIES, b"%d" % MOVE_BYTES]
@@ -411,11 +457,14 @@ class RedisSink(BusSink):
         if not self._queued:
             await self._settle()
             if checkpoint is not None:
-                await self._eval(_SAVE, [self.checkpoint_key], [checkpoint])
+                await self._eval(_SAVE, [self.checkpoint_key, self.epoch_key], [checkpoint, self._epoch_arg()])
             return None
         n, written = self._queued, sorted(self._written)
-        keys = [self.checkpoint_key.encode(), *written]
-        parts = [b"EVAL", _SAVE, b"%d" % len(keys), *keys, checkpoint or b""]
+        if self.epoch is not None:  # the epoch read after the MULTI's WATCH, before its EXEC goes
+            await self._settle()
+            await self._fence(n)
+        keys = [self.checkpoint_key.encode(), self.epoch_key.encode(), *written]
+        parts = [b"EVAL", _SAVE, b"%d" % len(keys), *keys, checkpoint or b"", self._epoch_arg()]
         await self._conn.send_packed_command(_pack(parts) + b"*1\r\n$4\r\nEXEC\r\n", check_health=False)
         self._queued, self._written, self._buf, self._buf_bytes = 0, set(), [], 0
         await self._settle()  # the commit before this one
@@ -429,8 +478,9 @@ class RedisSink(BusSink):
             n, self._inflight = self._inflight, 0
             await self._replies(n)
             results = await self._reply()
-            if results is None:
-                raise SinkError(f"{self.name}: EXEC aborted")
+            if results is None:  # only a WATCH aborts an EXEC: the epoch key changed
+                raise SinkError(f"{self.name}: fenced: epoch {self.epoch} was taken over while its commit was "
+                                "queued (EXEC aborted); nothing of it was written")
             for result in results:
                 if isinstance(result, Exception):
                     raise result
@@ -448,6 +498,7 @@ class RedisSink(BusSink):
         staged, self._undecided = self._undecided, False
         self._buf, self._buf_bytes, self._queued, self._written, self._inflight = [], 0, 0, set(), 0
         self._staged = self._staging = 0
+        self._watching = False
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.disconnect()  # an open MULTI dies with it

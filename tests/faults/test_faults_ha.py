@@ -1,0 +1,169 @@
+"""``[ha] mode = "lease"`` under a write load on a real MariaDB, for each bus sink (Redis, NATS, PostgreSQL, each a
+real broker): two ``binlogd run`` processes share one broker, one active, one standing by.
+
+- SIGKILL of the active: the standby takes over within ``lease_seconds`` + a little, and the broker's contents,
+  read back independently, replay to the tables' final contents with no transaction twice or missing.
+- SIGSTOP of the active past its lease: the standby takes over; after SIGCONT the old active is fenced (its
+  commits fail in the broker's own atomic step), steps down to standby and delivers nothing; exactly once again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from tests.support.brokers import KINDS, require
+from tests.support.busread import read_bus, write_jsonl
+from tests.support.daemon import DaemonProcess, base_overrides, scrape, wait_caught_up
+from tests.support.faults import (
+    SCHEMA,
+    Writer,
+    check_exactly_once,
+    create_tables,
+    local_server,
+    metrics_port,
+    scrape_metric,
+)
+
+pytestmark = pytest.mark.server
+
+LEASE = 2.0
+ACTIVE = r"ha: \S+ is the active instance now \(epoch (\d+)"
+STANDS_BY = r"ha: \S+ stands by: .* is held by "
+
+
+def ha_daemon(srv, workdir, kind: str, broker, name: str) -> DaemonProcess:
+    """``binlogd run`` with its own checkpoint file in ``workdir``, the lease in ``broker`` as ``name``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    return DaemonProcess(base_overrides(srv, workdir, **{
+        "source.start": "current", "filters.include_schemas": SCHEMA, "sink.kind": kind, f"sink.{kind}.url": broker.url,
+        "ha.mode": "lease", "ha.lease_seconds": str(LEASE), "ha.name": name}))
+
+
+def read_nats_changes(url: str, stream: str = "BINLOGD") -> list:
+    """Every change message of JetStream ``stream`` by sequence: binlogd's own subjects (``_binlogd.``: the
+    checkpoint, the [ha] fences) and deleted sequences passed over."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def go():
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            out = []
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                try:
+                    msg = await js.get_msg(stream, seq)
+                except NotFoundError:
+                    continue
+                if not msg.subject.startswith("_binlogd."):
+                    change = json.loads(msg.data)
+                    assert (msg.headers or {}).get("Binlogd-Source") == change["source"]["id"], (seq, msg.headers)
+                    out.append(change)
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def read_back_once(srv, kind: str, broker, writer, tmp_path, total: int) -> None:
+    """The broker's contents, read back: no change twice, and their replay equal to the tables."""
+    changes = read_nats_changes(broker.url) if kind == "nats" else read_bus(kind, broker.url)
+    changes = [c for c in changes if c.get("schema") == SCHEMA]
+    assert max(Counter(c["source"]["id"] for c in changes).values()) == 1
+    stats = check_exactly_once(srv, write_jsonl(changes, tmp_path / "readback"), writer, f"ha {kind}")
+    assert stats["in_sink"] >= total - 5
+
+
+def start_pair(srv, tmp_path, kind, broker) -> tuple[DaemonProcess, DaemonProcess]:
+    """The active "a" (streaming) and the standby "b" (standing by, ready, binlogd_ha_active 0)."""
+    a = ha_daemon(srv, tmp_path / "a", kind, broker, "a")
+    a.wait_for_line(ACTIVE, timeout=60)
+    a.wait_streaming(timeout=60)
+    b = ha_daemon(srv, tmp_path / "b", kind, broker, "b")
+    b.wait_for_line(STANDS_BY, timeout=60)
+    port = metrics_port(b)
+    assert scrape_metric(port, "binlogd_ha_active") == 0
+    status, body = scrape(port, "/readyz")
+    assert status == 200 and "standby" in body, (status, body)
+    assert scrape_metric(metrics_port(a), "binlogd_ha_active") == 1
+    return a, b
+
+
+def finish(srv, kind, broker, writer, tmp_path, active: DaemonProcess, total: int) -> None:
+    writer.wait_count(total, timeout=120)
+    writer.stop()
+    wait_caught_up(srv, tmp_path / "b" / "checkpoint.json", timeout=60, daemon=active, fail_on=None)
+    rc = active.terminate()
+    assert rc == 0, f"exit {rc}:\n{active.stderr}"
+    read_back_once(srv, kind, broker, writer, tmp_path, total)
+
+
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_ha_sigkill_active_standby_takes_over(tmp_path, kind):
+    require(kind)
+    total = 600
+    with KINDS[kind]() as broker, local_server() as srv:
+        create_tables(srv)
+        writer = Writer(srv, total=total, rate=150, big_every=25, seed=3)
+        a, b = start_pair(srv, tmp_path, kind, broker)
+        try:
+            writer.start()
+            writer.wait_count(total // 3, timeout=120)
+            a.kill()
+            killed = time.monotonic()
+            epoch_b = int(b.wait_for_line(ACTIVE, timeout=30).split("epoch ")[1].split(" ")[0].rstrip(")"))
+            took = time.monotonic() - killed
+            b.wait_streaming(timeout=30)
+            print(f"\n[ha {kind}] takeover after SIGKILL: {took:.2f}s (lease {LEASE:g}s), epoch {epoch_b}")
+            assert took <= LEASE + 1.5, f"the standby took {took:.1f}s to take over:\n{b.stderr}"
+            port = metrics_port(b)
+            assert scrape_metric(port, "binlogd_ha_active") == 1
+            assert scrape_metric(port, "binlogd_ha_epoch") == epoch_b
+            assert scrape_metric(port, "binlogd_ha_takeovers_total") == 1
+            finish(srv, kind, broker, writer, tmp_path, b, total)
+        finally:
+            writer.halt()
+            for d in (a, b):
+                if d.running:
+                    d.kill()
+
+
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_ha_sigstop_active_is_fenced(tmp_path, kind):
+    require(kind)
+    total = 600
+    with KINDS[kind]() as broker, local_server() as srv:
+        create_tables(srv)
+        writer = Writer(srv, total=total, rate=150, big_every=25, seed=5)
+        a, b = start_pair(srv, tmp_path, kind, broker)
+        try:
+            writer.start()
+            writer.wait_count(total // 4, timeout=120)
+            os.kill(a.pid, signal.SIGSTOP)
+            try:
+                b.wait_for_line(ACTIVE, timeout=30)
+                b.wait_streaming(timeout=30)
+                writer.wait_count(total // 2, timeout=120)  # the new active commits while the old one sleeps
+            finally:
+                os.kill(a.pid, signal.SIGCONT)
+            a.wait_for_line(r"ha: a lost the lease \(epoch \d+\) to another instance: stepping down", timeout=30)
+            a.wait_for_line(STANDS_BY, timeout=30)
+            assert a.running, a.stderr
+            assert a.count("streaming from ") == 1, a.stderr
+            assert scrape_metric(metrics_port(a), "binlogd_ha_active") == 0
+            finish(srv, kind, broker, writer, tmp_path, b, total)
+            assert a.terminate() == 0, a.stderr
+        finally:
+            writer.halt()
+            for d in (a, b):
+                if d.running:
+                    d.kill()
