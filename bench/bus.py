@@ -1,7 +1,8 @@
 """Bus-sink benchmark (issue 28): ``binlogd run`` into Redis Streams, NATS JetStream and PostgreSQL against the
 JSON-lines sink, on the same backlog, in the same run.
 
-``python -m bench.bus [--rows N] [--repeat 2] [--kinds redis,nats,postgres] [--json]``:
+``python -m bench.bus [--rows N] [--repeat 2] [--kinds redis,nats,postgres] [--snapshot] [--compare PYTHON]
+[--json]``:
 
 1. starts a throwaway MariaDB and writes :func:`bench.decode.write_workload`'s backlog (``--rows`` inserts in
    500-row transactions, then rows/10 updates and rows/20 deletes), and private brokers on free ports
@@ -16,6 +17,11 @@ JSON-lines sink, on the same backlog, in the same run.
    binlogd makes them, sent as the sink sends them with every request packed beforehand
    (:func:`broker_alone`), which is as fast as a sink can be on this machine;
 5. prints rows/s (best of the rounds) and each one's ratio to jsonl (target: 0.5 or more).
+
+``--snapshot`` times an initial snapshot of the workload's table instead (``[snapshot] mode = "initial"``, from
+process start until ``snapshot: done``; every row read once into each sink), without the brokers alone.
+``--compare PYTHON`` also times the same runs of another installation (another commit's venv: its ``python``)
+in the same rounds, as "<sink> (compare)", and prints this tree's speed over the other's per sink.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.cdc import _server_ids, file_key, run_binlogd
+from bench.cdc import _server_ids, file_key
 from bench.decode import SCHEMA, SERVER_ARGS, TABLE, bytecode_env, log, machine, write_workload
 
 KINDS = ("redis", "nats", "postgres")
@@ -188,24 +194,36 @@ async def _nats_stream(broker, messages: int) -> None:
         await nc.close()
 
 
-def run_bus(kind: str, broker, srv, first_file: str, target: str, workdir: Path, env: dict) -> float:
-    """``binlogd run`` with the ``kind`` sink from ``first_file``:4 until its checkpoint reaches ``target``."""
+def run_bus(kind: str, broker, srv, first_file: str, target: str, workdir: Path, env: dict,
+            python: str = sys.executable, snapshot: bool = False) -> float:
+    """``binlogd run`` (of the installation ``python`` runs) with the ``kind`` sink (None: jsonl) from
+    ``first_file``:4 until its checkpoint reaches ``target``; with ``snapshot``, an initial snapshot of the
+    workload's schema until the daemon logs ``snapshot: done``."""
     checkpoint = workdir / "checkpoint.json"
     sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
-            "source.password": srv.repl_password, "source.start": f"file:{first_file}:4",
-            "source.server_id": str(next(_server_ids)), "checkpoint.path": str(checkpoint),
-            "sink.kind": kind, f"sink.{kind}.url": broker.url, "metrics.listen": "", "schema.source": "none"}
-    cmd = [sys.executable, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+            "source.password": srv.repl_password, "source.server_id": str(next(_server_ids)),
+            "checkpoint.path": str(checkpoint), "metrics.listen": "", "schema.source": "none",
+            **({"sink.kind": kind, f"sink.{kind}.url": broker.url} if kind else
+               {"sink.kind": "jsonl", "sink.path": str(workdir / "changes")}),
+            **({"snapshot.mode": "initial", "filters.include_schemas": SCHEMA} if snapshot else
+               {"source.start": f"file:{first_file}:4"})}
+    cmd = [python, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     errlog = open(workdir / "binlogd.log", "w+")
     done = file_key(target)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog, env=env)
     try:
         while True:
-            try:
-                position = json.loads(checkpoint.read_bytes())["position"]
-            except (FileNotFoundError, ValueError):
+            if snapshot:
+                errlog.seek(0)
+                if "snapshot: done" in errlog.read():
+                    return time.perf_counter() - t0
                 position = None
+            else:
+                try:
+                    position = json.loads(checkpoint.read_bytes())["position"]
+                except (FileNotFoundError, ValueError):
+                    position = None
             if position is not None and file_key(position["file"]) >= done:
                 return time.perf_counter() - t0
             if proc.poll() is not None or time.perf_counter() - t0 > 900:
@@ -218,11 +236,23 @@ def run_bus(kind: str, broker, srv, first_file: str, target: str, workdir: Path,
         errlog.close()
 
 
+def jsonl_lines(directory: Path) -> int:
+    """The change lines in a JSON-lines sink directory."""
+    total = 0
+    for path in directory.glob("changes-*.jsonl"):
+        with open(path, "rb") as fh:
+            total += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bus", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000, help="inserted rows (default 100000)")
     ap.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="the bus sinks to time, comma-separated (default all)")
+    ap.add_argument("--snapshot", action="store_true", help="time an initial snapshot of the table instead")
+    ap.add_argument("--compare", metavar="PYTHON", help="also time the binlogd this interpreter runs (another "
+                    "commit's venv) in the same rounds")
     ap.add_argument("--json", action="store_true", help="print one JSON object with the figures")
     ns = ap.parse_args(argv)
     kinds = tuple(k for k in ns.kinds.split(",") if k)
@@ -234,46 +264,46 @@ def main(argv: list[str] | None = None) -> int:
     env = bytecode_env(dict(os.environ, BINLOGD_PURE_PYTHON=""))
     started = dt.datetime.now().astimezone()
     work = Path(tempfile.mkdtemp(prefix="binlogd-bus-"))
-    times: dict[str, list[float]] = {"jsonl": [], **{k: [] for k in kinds},
-                                     **{f"{k} alone": [] for k in kinds if k in ALONE}}
-    brokers = {}
+    pythons = {"": sys.executable, **({" (compare)": ns.compare} if ns.compare else {})}
+    times: dict[str, list[float]] = {f"{k}{tag}": [] for k in ("jsonl", *kinds) for tag in pythons}
+    times.update({f"{k} alone": [] for k in kinds if k in ALONE and not ns.snapshot})
+    brokers, batches = {}, None
     try:
         for kind in kinds:
             brokers[kind] = BROKERS[kind]().start()
         with LocalServer(extra_args=SERVER_ARGS) as srv:
             with srv.connect() as conn:
                 expected = sum(write_workload(conn, ns.rows).values())
+                if ns.snapshot:
+                    with conn.cursor() as cur:
+                        cur.execute(f"SELECT COUNT(*) FROM {SCHEMA}.{TABLE}")
+                        expected = cur.fetchone()[0]
             files = srv.binlog_files()
             first, target = files[0].name, files[-1].name
-            log(f"backlog: {expected} row changes in {len(files) - 1} file(s)")
-            subprocess.run([sys.executable, "-c", "import binlogd.cli, binlogd.daemon.service, "
-                            "binlogd.daemon.sinks.redis, binlogd.daemon.sinks.nats, binlogd.daemon.sinks.postgres"],
-                           check=True, env=env)
+            log(f"{'table' if ns.snapshot else 'backlog'}: {expected} row changes, {len(files) - 1} binlog file(s)")
+            for python in pythons.values():
+                subprocess.run([python, "-c", "import binlogd.cli, binlogd.daemon.service, binlogd.daemon.sinks.redis, "
+                                "binlogd.daemon.sinks.nats, binlogd.daemon.sinks.postgres"], check=True, env=env)
             for rnd in range(ns.repeat):
-                run_dir = work / f"jsonl-{rnd}"
-                run_dir.mkdir()
-                seconds, _, lines = run_binlogd(srv, first, target, run_dir, env, "none")
-                if rnd == 0:
-                    batches = commits(run_dir / "changes")
-                shutil.rmtree(run_dir)
-                if lines != expected:
-                    log(f"jsonl: {lines} changes, not {expected}")
-                    return 1
-                times["jsonl"].append(seconds)
-                log(f"round {rnd + 1}: jsonl {expected / seconds:,.0f} rows/s")
-                for kind in kinds:
-                    empty(kind, brokers[kind])
-                    run_dir = work / f"{kind}-{rnd}"
-                    run_dir.mkdir()
-                    seconds = run_bus(kind, brokers[kind], srv, first, target, run_dir, env)
-                    shutil.rmtree(run_dir)
-                    got = count(kind, brokers[kind])
-                    if got != expected:
-                        log(f"{kind}: {got} messages, not {expected}")
-                        return 1
-                    times[kind].append(seconds)
-                    log(f"round {rnd + 1}: {kind} {expected / seconds:,.0f} rows/s")
-                    if kind in ALONE:
+                for kind in ("jsonl", *kinds):
+                    for tag, python in pythons.items():
+                        broker = brokers.get(kind)
+                        if broker is not None:
+                            empty(kind, broker)
+                        run_dir = work / f"{kind}-{rnd}{tag.strip(' ()')}"
+                        run_dir.mkdir()
+                        seconds = run_bus(kind if broker else None, broker, srv, first, target, run_dir, env, python,
+                                          ns.snapshot)
+                        got = count(kind, broker) if broker else jsonl_lines(run_dir / "changes")
+                        if kind == "jsonl" and batches is None and not ns.snapshot:
+                            batches = commits(run_dir / "changes")
+                        shutil.rmtree(run_dir)
+                        if got != expected:
+                            log(f"{kind}{tag}: {got} changes, not {expected}")
+                            return 1
+                        times[f"{kind}{tag}"].append(seconds)
+                        log(f"round {rnd + 1}: {kind}{tag} {expected / seconds:,.0f} rows/s")
+                    if f"{kind} alone" in times:
                         seconds = broker_alone(kind, brokers[kind], batches)
                         got = count(kind, brokers[kind])
                         if got != expected:
@@ -285,17 +315,29 @@ def main(argv: list[str] | None = None) -> int:
         for broker in brokers.values():
             broker.close()
         shutil.rmtree(work, ignore_errors=True)
+    return report(ns, expected, times, started)
+
+
+def report(ns, expected: int, times: dict, started) -> int:
+    """Print the figures (one JSON object with ``--json``): rows/s, each one's ratio to jsonl, and with
+    ``--compare`` each sink's speed over the other installation's."""
     rate = {k: expected / min(v) for k, v in times.items()}
-    result = {"rows": expected, "rows_per_s": {k: round(v) for k, v in rate.items()},
-              "ratio_to_jsonl": {k: round(rate[k] / rate["jsonl"], 3) for k in rate if k != "jsonl"},
+    result = {"rows": expected, "snapshot": ns.snapshot, "rows_per_s": {k: round(v) for k, v in rate.items()},
+              "ratio_to_jsonl": {k: round(rate[k] / rate["jsonl"], 3) for k in rate if not k.startswith("jsonl")},
               "machine": machine(), "date": started.isoformat(timespec="seconds")}
+    if ns.compare:
+        result.update(compare=ns.compare, ratio_to_compare={k: round(rate[k] / rate[f"{k} (compare)"], 3)
+                                                            for k in rate if f"{k} (compare)" in rate})
     if ns.json:
         print(json.dumps(result))
-    else:
-        print(f"{expected} row changes, best of {ns.repeat} round(s), {result['machine']}, {result['date']}")
-        for k in rate:
-            ratio = "" if k == "jsonl" else f"  {rate[k] / rate['jsonl']:.2f}x jsonl"
-            print(f"  {k:15s} {rate[k]:>10,.0f} rows/s{ratio}")
+        return 0
+    print(f"{expected} row changes{' (initial snapshot)' if ns.snapshot else ''}, best of {ns.repeat} round(s), "
+          f"{result['machine']}, {result['date']}")
+    for k in rate:
+        ratio = "" if k == "jsonl" else f"  {rate[k] / rate['jsonl']:.2f}x jsonl"
+        if k in result.get("ratio_to_compare", {}):
+            ratio += f"  {result['ratio_to_compare'][k]:.2f}x compare"
+        print(f"  {k:20s} {rate[k]:>10,.0f} rows/s{ratio}")
     return 0
 
 

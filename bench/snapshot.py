@@ -1,6 +1,7 @@
 """Snapshot benchmark (issue 30): binlogd's initial snapshot against ``mariadb-dump --single-transaction``.
 
-``python -m bench.snapshot [--rows N] [--chunk-rows N] [--rounds N] [--json] [--log] [--profile FILE]``:
+``python -m bench.snapshot [--rows N] [--chunk-rows N] [--rounds N] [--compare PYTHON] [--json] [--log]
+[--profile FILE]``:
 
 1. starts a throwaway MariaDB (:class:`binlogd.cli.localserver.LocalServer`) and loads ``--rows`` (1,000,000)
    rows of bench.decode's 10-column table (:func:`bench.decode.write_workload`'s inserts, no updates);
@@ -11,7 +12,10 @@
    under PYTHONDONTWRITEBYTECODE), so that from the second round on it starts as an installed package does;
 4. repeats 2-3 ``--rounds`` times (1), interleaved, so that both see the same load; checks that binlogd wrote
    one ``read`` line per row each time (exit 1 if not) and prints the best time of each and the ratio
-   mariadb-dump / binlogd (>= 1.0: binlogd is at least as fast). The goal is 1.0.
+   mariadb-dump / binlogd (>= 1.0: binlogd is at least as fast). The goal is 1.0;
+5. with ``--compare PYTHON``, also times the snapshot of another installation (another commit's venv: its
+   ``python``) in the same rounds, right after this tree's, and prints the ratio of the two best times
+   (this tree's speed / the other's: >= 1.0, this tree is at least as fast).
 """
 
 from __future__ import annotations
@@ -46,11 +50,13 @@ def load(srv, rows: int) -> None:
 
 
 def run_binlogd(srv, workdir: Path, chunk_rows: int, profile: str | None = None,
-                extra: dict | None = None, pycache: Path | None = None) -> tuple[float, int]:
+                extra: dict | None = None, pycache: Path | None = None,
+                python: str = sys.executable) -> tuple[float, int]:
     """(seconds from process start until ``snapshot: done``, lines in the sink); ``profile``: a file to write
     the daemon's cProfile statistics to (it then exits after the snapshot, by SIGTERM); ``extra``: more
     ``--set`` settings; ``pycache``: where the daemon keeps its bytecode (PYTHONPYCACHEPREFIX), so that a
-    source tree run with PYTHONDONTWRITEBYTECODE starts as an installed package does after the first round."""
+    source tree run with PYTHONDONTWRITEBYTECODE starts as an installed package does after the first round;
+    ``python``: the interpreter whose installation of binlogd runs."""
     env = dict(os.environ)
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -61,7 +67,7 @@ def run_binlogd(srv, workdir: Path, chunk_rows: int, profile: str | None = None,
             "sink.path": str(sink), "metrics.listen": "", "snapshot.mode": "initial",
             "snapshot.chunk_rows": str(chunk_rows), "filters.include_schemas": SCHEMA, **(extra or {})}
     run = ["-m", "cProfile", "-o", profile, "-m", "binlogd.cli"] if profile else ["-m", "binlogd.cli"]
-    cmd = [sys.executable, *run, "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    cmd = [python, *run, "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     errlog = workdir / "binlogd.log"
     t0 = time.perf_counter()
     with open(errlog, "w+") as err:
@@ -107,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", metavar="FILE", help="run the daemon under cProfile (the last round), its "
                     "statistics to FILE")
     ap.add_argument("--log", action="store_true", help="print the daemon's log of the last round")
+    ap.add_argument("--compare", metavar="PYTHON", help="also time the snapshot of the binlogd this interpreter "
+                    "runs (another commit's venv) in the same rounds")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="another setting for binlogd (experiments; the figure is with none)")
     ns = ap.parse_args(argv)
@@ -118,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         load(srv, ns.rows)
         log(f"loaded {ns.rows} rows in {time.perf_counter() - t0:.1f}s")
         work = Path(tmp)
-        dumps, runs = [], []
+        dumps, runs, others = [], [], []
         for n in range(1, ns.rounds + 1):
             dumps.append(run_dump(srv, work / "dump.sql"))
             dump_bytes = os.path.getsize(work / "dump.sql")
@@ -136,16 +144,33 @@ def main(argv: list[str] | None = None) -> int:
             if lines != ns.rows:
                 log(f"binlogd wrote {lines} lines for {ns.rows} rows")
                 return 1
+            if ns.compare:
+                other_dir = work / f"compare-{n}"
+                other_dir.mkdir()
+                seconds, lines = run_binlogd(srv, other_dir, ns.chunk_rows, None,
+                                             dict(kv.split("=", 1) for kv in ns.set), work / "pycache-compare",
+                                             ns.compare)
+                shutil.rmtree(other_dir)
+                others.append(seconds)
+                log(f"round {n}: binlogd (compare) initial snapshot: {seconds:.3f}s ({lines} lines)")
+                if lines != ns.rows:
+                    log(f"binlogd (compare) wrote {lines} lines for {ns.rows} rows")
+                    return 1
     t_dump, t_bd = min(dumps), min(runs)
     ratio = t_dump / t_bd
     figures = {"rows": ns.rows, "chunk_rows": ns.chunk_rows, "rounds": ns.rounds, "binlogd_seconds": round(t_bd, 3),
                "mariadb_dump_seconds": round(t_dump, 3), "ratio": round(ratio, 3),
                "binlogd_rows_per_second": round(ns.rows / t_bd), "machine": machine()}
+    if ns.compare:
+        figures.update(compare=ns.compare, compare_seconds=round(min(others), 3),
+                       ratio_to_compare=round(min(others) / t_bd, 3))
     if ns.json:
         print(json.dumps(figures))
     else:
         print(f"binlogd snapshot {t_bd:.3f}s ({ns.rows / t_bd:,.0f} rows/s), mariadb-dump {t_dump:.3f}s: "
               f"ratio {ratio:.2f}x (goal >= 1.0; best of {ns.rounds} round{'s' if ns.rounds > 1 else ''} each)")
+        if ns.compare:
+            print(f"binlogd (compare: {ns.compare}) {min(others):.3f}s: this tree {min(others) / t_bd:.2f}x as fast")
     return 0
 
 
