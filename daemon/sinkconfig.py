@@ -83,15 +83,36 @@ class PostgresSinkConfig(Section):
 
 
 @record
+class MirrorSinkConfig(Section):
+    """``[sink.mirror]`` (README, "The PostgreSQL mirror"). Fields: url (``postgresql://user[:password]@host:port/db``);
+    schema_map (``"mysql_schema=pg_schema"`` items; a schema not named keeps its name)."""
+
+    SECTION: ClassVar[str] = "sink.mirror"
+    url: str = "postgresql://binlogd@127.0.0.1:5432/binlogd"
+    schema_map: tuple[str, ...] = ()
+
+    def _check(self) -> None:
+        for item in self.schema_map:
+            mysql, eq, pg = item.partition("=")
+            if not eq or not mysql or not pg:
+                raise ConfigError("sink.mirror.schema_map", f"items must be 'mysql_schema=pg_schema', got {item!r}")
+
+    def schemas(self) -> dict[str, str]:
+        """MySQL schema → PostgreSQL schema."""
+        return dict(item.partition("=")[::2] for item in self.schema_map)
+
+
+@record
 class SinkConfig(Section):
     """``[sink]``. Fields: kind (jsonl, archive, stdout); path (output directory for jsonl/archive);
     max_file_bytes, max_file_seconds (rotate jsonl files; 0: no limit); fsync (before the checkpoint moves);
     format (change events as ``binlogd`` writes them or in Debezium's envelope, ``debezium``; not for archive);
     server_name (Debezium's ``source.name``, the logical server name); upload (:class:`UploadConfig`, archive only);
-    redis, nats, postgres (the bus sinks' subsections)."""
+    redis, nats, postgres (the bus sinks' subsections); mirror (the PostgreSQL mirror's)."""
 
     SECTION: ClassVar[str] = "sink"
-    kind: str = setting("jsonl", choices=("jsonl", "archive", "stdout", "redis", "nats", "postgres"))
+    kind: str = setting("jsonl", choices=("jsonl", "archive", "stdout", "redis", "nats", "postgres",
+                                                      "mirror"))
     path: str = "/var/lib/binlogd/changes"
     max_file_bytes: int = setting(256 * 1024 * 1024, lo=0, hi=2**63 - 1)
     max_file_seconds: float = setting(3600.0, lo=0.0)
@@ -102,9 +123,10 @@ class SinkConfig(Section):
     redis: RedisSinkConfig = field(default_factory=RedisSinkConfig)
     nats: NatsSinkConfig = field(default_factory=NatsSinkConfig)
     postgres: PostgresSinkConfig = field(default_factory=PostgresSinkConfig)
+    mirror: MirrorSinkConfig = field(default_factory=MirrorSinkConfig)
 
     def _check(self) -> None:
-        if self.kind not in ("stdout", "redis", "nats", "postgres") and not self.path.strip():
+        if self.kind not in ("stdout", "redis", "nats", "postgres", "mirror") and not self.path.strip():
             raise ConfigError("sink.path", f"must be a directory for kind {self.kind!r}, got ''")
         if self.upload.url and self.kind != "archive":
             raise ConfigError("sink.upload.url", f"uploads closed archive files: needs sink.kind 'archive', "

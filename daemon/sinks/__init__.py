@@ -32,6 +32,10 @@ def make_sink(config, metrics=None, log=None) -> Sink:
         from binlogd.daemon.sinks.stdout import StdoutSink
 
         return StdoutSink(format=config.format, server_name=config.server_name)
+    if config.kind == "mirror":
+        from binlogd.daemon.sinks.mirror import MirrorSink
+
+        return MirrorSink(config.mirror.url, config.mirror.schemas())
     fmt = {"format": config.format, "server_name": config.server_name}
     if config.kind == "redis":
         from binlogd.daemon.sinks.redis import RedisSink

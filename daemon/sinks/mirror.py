@@ -1,0 +1,239 @@
+"""The PostgreSQL mirror: each selected MySQL table kept as a PostgreSQL table, committed with the checkpoint.
+
+It rides the bus sinks' pipeline (:mod:`.bus`): the consumer's calls become ops handed to a private thread that
+runs psycopg 3's :class:`psycopg.AsyncConnection`, in order, inside one open PostgreSQL transaction; each mark
+(a source transaction boundary) writes the checkpoint row and commits. So a reader never sees part of a source
+transaction (several may share one commit), and the checkpoint and the rows it covers commit together: the
+daemon resumes from the checkpoint PostgreSQL holds (the resume rule, :mod:`daemon.delivery.resumerule`).
+
+Ops: ``("table", TableDef, keys_known)`` before a table's first rows and after its TABLE_MAP changed (the table
+is created, or checked); ``("row", name, op, before, after, id)``; ``("ddl", query, db, file, pos, changes,
+truncated)``. Rows of one table and kind in a row are applied as one batch (COPY for inserts, one pipelined
+statement per row for updates and deletes).
+"""
+
+from __future__ import annotations
+
+from binlogd.daemon.sinks.base import Sink, SinkError
+from binlogd.daemon.sinks.bus import EXIT_CHECKPOINT, EXIT_DATA, EXIT_MISCONFIGURED, BusSink
+from binlogd.daemon.sinks.mirrorddl import DdlError, tablemap_def
+from binlogd.daemon.sinks.mirrortables import CHECKPOINT, DataError, ShapeError, Tables, truncated
+from binlogd.library.checkpointfile import Checkpoint
+from binlogd.library.schema.catalog import Catalog
+from binlogd.library.schema.model import TableDef, agrees
+from binlogd.protocol import events as E
+from binlogd.protocol.events import RowsEvent
+
+EXIT_DDL = 7  # a DDL the mirror cannot apply (README, "Exit codes")
+
+
+class MirrorSink(BusSink):
+    """Mirror tables in PostgreSQL (``psycopg`` 3).
+
+    Args:
+        url: ``postgresql://user[:password]@host:port/db``.
+        schema_map: MySQL schema → PostgreSQL schema (a schema not named keeps its name).
+    """
+
+    KIND = "mirror"
+
+    def __init__(self, url: str, schema_map: dict[str, str] | None = None):
+        super().__init__(url, max_change_bytes=1 << 62)
+        self.tables = Tables(dict(schema_map or {}))
+        self._lookup = None
+        self._catalog = Catalog()   # the mirrored tables and those the stream's DDL defined (consumer side)
+        self._maps: dict[tuple[str, str], tuple] = {}   # name -> (TABLE_MAP columns, TableDef, keys known)
+        self._sent: dict[tuple[str, str], object] = {}  # name -> the TableDef last handed on (consumer side)
+        self._file, self._version = "", ""
+        self._conn = None
+        self._batch: list = []
+        self._batch_key = None
+
+    def use_schema(self, lookup) -> None:
+        """Take table definitions from the schema history: ``lookup(schema, table)`` gives a
+        :class:`library.schema.model.CheckedSchema` (its ``definition`` names the primary key) or None.
+        Without it a table's definition is the mirror's own (the tables it holds and those the stream's DDL
+        created), else the TABLE_MAP's (its primary key only with ``binlog_row_metadata=FULL``), and a snapshot's
+        tables cannot be mirrored."""
+        self._lookup = lookup
+
+    # ------------------------------------------------------------------ consumer side
+    def open(self, state: dict | None) -> None:
+        self._sent.clear()
+        self._maps.clear()
+        super().open(state)
+        self._catalog = Catalog()
+        if self.remote is not None:  # before the stream's first FORMAT_DESCRIPTION (a snapshot's rows)
+            self.tables.json_text = self.remote.source.get("flavor") == "mariadb"
+        for name, table in self.tables.defs.items():  # as committed with the checkpoint the stream resumes from
+            self._catalog.set(name, table)
+
+    def event(self, raw: bytes, event) -> None:
+        if isinstance(event, E.TableMapEvent):
+            self._table_map(event)
+        elif isinstance(event, E.QueryEvent):
+            self._query(event)
+        elif isinstance(event, E.RotateEvent):
+            self._file = event.next_file
+        elif isinstance(event, E.FormatDescriptionEvent):
+            self._version = event.server_version
+            self.tables.json_text = "mariadb" in event.server_version.lower()
+        elif isinstance(event, E.TransactionPayloadEvent):
+            for inner in event.events:
+                self.event(b"", inner)
+
+    def _table_map(self, event) -> None:
+        name = (event.schema, event.table)
+        known = self._maps.get(name)
+        if known is not None and known[0] is event.columns:
+            return
+        table, keys = None, False
+        checked = self._lookup(*name) if self._lookup is not None else None
+        if checked is not None and checked.definition is not None and checked.agrees(event.columns):
+            table, keys = checked.definition, True
+        followed = self._catalog.tables.get(name)
+        if table is None and isinstance(followed, TableDef) and agrees(followed, event.columns):
+            table, keys = followed, True
+        if table is None:
+            table = tablemap_def(event.schema, event.table, event.columns)
+            keys = table is not None and bool(table.primary_key)
+        self._maps[name] = (event.columns, table, keys)
+
+    def _query(self, event) -> None:
+        from binlogd.library.schema.readddl import read_ddl
+
+        query = event.query
+        head = query.lstrip()[:9].upper()
+        if head.startswith(("BEGIN", "COMMIT", "ROLLBACK", "XA ", "SAVEPOINT", "INSERT", "UPDATE", "DELETE",
+                            "REPLACE")):
+            return
+        cut = truncated(query, event.schema)
+        changes = [] if cut else read_ddl(query, event.schema, event.status.get("sql_mode", 0), self._version)
+        if cut or changes:
+            for change in changes:
+                self._catalog.apply(change)
+            self._sent.clear()  # every table's next rows re-check its definition after the DDL
+            self._piece.append((("ddl", query, event.schema, self._file, event.header.pos, changes, cut), b"", 0))
+            self._piece_bytes += len(query) + 256
+
+    def change(self, change: dict) -> None:
+        name = (change["schema"], change["table"])
+        table = self._maps.get(name)
+        if table is None:  # a snapshot's rows: no TABLE_MAP before them
+            checked = self._lookup(*name) if self._lookup is not None else None
+            table = (None, getattr(checked, "definition", None), True)
+            self._maps[name] = table
+        if self._sent.get(name) is not table[1]:
+            if table[1] is None:
+                raise SinkError(f"{self.name}: the columns of {name[0]}.{name[1]} are not known (positional names; "
+                                f"no schema history for it) at change {change['source']['id']}", fatal=True,
+                                exit_code=EXIT_DATA)
+            self._sent[name] = table[1]
+            self._piece.append((("table", table[1], table[2]), b"", 0))
+        self._piece.append((("row", name, change["op"], change.get("before"), change.get("after"),
+                             change["source"]["id"]), b"", 1))
+        self._piece_bytes += 96 + 48 * len(change.get("after") or change.get("before") or ())
+        if self._piece_bytes >= (1 << 20):
+            self._hand_piece()
+
+    def change_lines(self, lines, **kw) -> bool:
+        """Snapshot rows as JSON lines: never taken (the snapshot then gives change dicts)."""
+        return False
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
+        return Sink.rows(self, event, file, gtid, inner)
+
+    # ------------------------------------------------------------------ worker side
+    async def _connect(self) -> None:
+        import psycopg
+
+        self._batch, self._batch_key = [], None
+        self._conn = conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10, autocommit=False)
+        async with conn.cursor() as cur:
+            await cur.execute("SET TIME ZONE 'UTC'")
+            await cur.execute("SELECT pg_advisory_xact_lock(hashtext('binlogd mirror'))")  # one creator at once
+            await self.tables.load(cur)
+            await cur.execute(f"SELECT checkpoint::text FROM {CHECKPOINT} WHERE id")
+            row = await cur.fetchone()
+        await conn.commit()
+        try:
+            checkpoint = Checkpoint.parse(row[0]) if row else None
+        except ValueError as exc:
+            raise SinkError(f"{self.name}: {CHECKPOINT} does not hold a binlogd checkpoint: {exc}", fatal=True,
+                            exit_code=EXIT_CHECKPOINT) from None
+        self._use_checkpoint(checkpoint)
+
+    async def _write(self, piece: list) -> None:
+        for op, _lines, _n in piece:
+            try:
+                if op[0] == "row":
+                    key = (op[1], op[2], tuple(op[4] or op[3] or ()))
+                    if key != self._batch_key:
+                        await self._apply_batch()
+                        self._batch_key = key
+                    self._batch.append((op[3], op[4], op[5]))
+                    continue
+                await self._apply_batch()
+                if op[0] == "table":
+                    async with self._conn.cursor() as cur:
+                        await self.tables.ensure(cur, op[1], op[2])
+                else:
+                    await self._ddl(*op[1:])
+            except ShapeError as exc:
+                raise SinkError(f"{self.name}: {exc}", fatal=True, exit_code=EXIT_MISCONFIGURED) from None
+            except DdlError as exc:
+                raise SinkError(f"{self.name}: cannot apply the DDL at {op[3]}:{op[4]} ({exc}): "
+                                f"{' '.join(op[1].split())[:300]}", fatal=True, exit_code=EXIT_DDL) from None
+
+    async def _ddl(self, query: str, db: str, file: str, pos: int, changes: list, cut) -> None:
+        import psycopg
+
+        async with self._conn.cursor() as cur:
+            try:
+                if cut:
+                    await self.tables.truncate(cur, cut)
+                for change in changes:
+                    await self.tables.ddl(cur, change, query)
+            except psycopg.OperationalError:
+                raise  # the connection: retried
+            except psycopg.Error as exc:
+                raise DdlError(f"PostgreSQL refused it: {str(exc).strip().splitlines()[0]}") from None
+
+    async def _apply_batch(self) -> None:
+        import psycopg
+
+        if not self._batch:
+            return
+        (name, op, _cols), rows = self._batch_key, self._batch
+        self._batch, self._batch_key = [], None
+        try:
+            await self.tables.apply(self._conn, name, op, rows)
+        except DataError as exc:
+            raise SinkError(f"{self.name}: {exc}", fatal=True, exit_code=EXIT_DATA) from None
+        except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+            raise SinkError(f"{self.name}: PostgreSQL refused the {op} of {len(rows)} rows of {name[0]}.{name[1]} "
+                            f"from change {rows[0][2]}: {str(exc).strip().splitlines()[0]}", fatal=True,
+                            exit_code=EXIT_DATA) from None
+
+    async def _commit(self, checkpoint: bytes | None) -> None:
+        await self._apply_batch()
+        if checkpoint is not None:
+            async with self._conn.cursor() as cur:
+                await cur.execute(f"INSERT INTO {CHECKPOINT} (id, checkpoint) VALUES (true, %s) "
+                                  "ON CONFLICT (id) DO UPDATE SET checkpoint = excluded.checkpoint",
+                                  (checkpoint.decode(),))
+        await self._conn.commit()
+
+    async def _disconnect(self) -> None:
+        self._batch, self._batch_key = [], None
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()  # an open transaction is rolled back
+
+    def _error_of(self, exc: Exception) -> SinkError:
+        from binlogd.daemon.sinks.postgres import PostgresSink
+
+        return PostgresSink._error_of(self, exc)
+
+
+__all__ = ["MirrorSink"]

@@ -1,0 +1,324 @@
+"""The mirror's PostgreSQL side: its tables (created, checked, changed by DDL) and row changes applied in batches.
+
+Runs on the mirror sink's worker loop, inside the one open PostgreSQL transaction that the next mark commits.
+"""
+
+from __future__ import annotations
+
+import re
+
+from binlogd.daemon.sinks.mirrorddl import DdlError, added_default, create_sql, literal, pg_columns, same_shape
+from binlogd.library.pgtypes import copy_field, pg_text, pg_type, quote_ident
+from binlogd.library.schema import changes as D
+from binlogd.library.schema.catalog import DROPPED, Catalog
+from binlogd.library.schema.model import TableDef
+
+META = "binlogd_mirror_tables"
+CHECKPOINT = "binlogd_mirror_checkpoint"
+CREATE_META = (f"CREATE TABLE IF NOT EXISTS {META} (mysql_schema text, mysql_table text, definition jsonb NOT NULL, "
+               "PRIMARY KEY (mysql_schema, mysql_table))",
+               f"CREATE TABLE IF NOT EXISTS {CHECKPOINT} (id boolean PRIMARY KEY DEFAULT true CHECK (id), "
+               "checkpoint jsonb NOT NULL)")
+_TRUNCATE = re.compile(r"\s*TRUNCATE\s+(?:TABLE\s+)?((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)"
+                       r"\s*;?\s*$", re.I | re.S)
+_INPLACE = (D.AddColumn, D.DropColumn, D.RenameColumn, D.ChangeColumn, D.RenameTo, D.Charset)
+
+
+class ShapeError(Exception):
+    """A PostgreSQL table that is not what the mirror expects (exit 6)."""
+
+
+class DataError(Exception):
+    """A row change the mirror cannot apply (exit 7)."""
+
+
+def truncated(query: str, db: str) -> tuple[str, str] | None:
+    """The table a TRUNCATE statement empties, else None."""
+    m = _TRUNCATE.match(query)
+    if not m:
+        return None
+    parts = [p.strip().strip("`").replace("``", "`") for p in re.split(r"`?\s*\.\s*`?(?=(?:[^`]*`[^`]*`)*[^`]*$)",
+                                                                        m.group(1))]
+    return (parts[0], parts[1]) if len(parts) == 2 else (db, parts[0])
+
+
+class Tables:
+    """The mirrored tables' definitions and the SQL that keeps them.
+
+    Args:
+        schema_map: MySQL schema → PostgreSQL schema (default: the same name).
+    Fields:
+        defs: (MySQL schema, table) → TableDef of each mirrored table, as committed with the rows.
+        json_text: JSON values are their documents' text (the source is MariaDB).
+    """
+
+    def __init__(self, schema_map: dict[str, str]):
+        self.schema_map = schema_map
+        self.defs: dict[tuple[str, str], TableDef] = {}
+        self.json_text = False
+        self._cols: dict[tuple[str, str], dict] = {}
+        self._sql: dict[tuple, str] = {}
+
+    def qualified(self, name: tuple[str, str]) -> str:
+        """The quoted PostgreSQL name of MySQL table ``name``."""
+        return f"{quote_ident(self.schema_map.get(name[0], name[0]))}.{quote_ident(name[1])}"
+
+    async def load(self, cur) -> None:
+        """Read the mirrored tables' definitions."""
+        for stmt in CREATE_META:
+            await cur.execute(stmt)
+        await cur.execute(f"SELECT mysql_schema, mysql_table, definition FROM {META}")
+        self.defs = {(s, t): TableDef.from_json(s, t, d) for s, t, d in await cur.fetchall()}
+        self._cols.clear()
+        self._sql.clear()
+
+    async def _save(self, cur, name, table: TableDef | None) -> None:
+        import json
+
+        self._cols.pop(name, None)
+        self._sql.clear()
+        await cur.execute(f"DELETE FROM {META} WHERE mysql_schema = %s AND mysql_table = %s", name)
+        if table is None:
+            self.defs.pop(name, None)
+            return
+        self.defs[name] = table
+        await cur.execute(f"INSERT INTO {META} VALUES (%s, %s, %s::jsonb)", (*name, json.dumps(table.to_json())))
+
+    # ------------------------------------------------------------------ tables
+    async def ensure(self, cur, table: TableDef, keys_known: bool) -> None:
+        """Make ``table`` (as a TABLE_MAP or the schema history describes it) mirrored: created when new, else
+        checked. Raises: ShapeError, DdlError."""
+        name = (table.schema, table.table)
+        held = self.defs.get(name)
+        if held is not None:
+            if not same_shape(held, table, keys_known):
+                raise ShapeError(f"{name[0]}.{name[1]}: the source's table ({_describe(table)}) is not the mirrored "
+                                 f"one ({_describe(held)}); a DDL the mirror did not follow?")
+            return
+        pg_schema = self.schema_map.get(name[0], name[0])
+        await cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(pg_schema)}")
+        await cur.execute("SELECT to_regclass(%s)", (self.qualified(name),))
+        if (await cur.fetchone())[0] is not None:
+            await self._check_existing(cur, name, table)
+        else:
+            await cur.execute(create_sql(self.qualified(name), table))
+        await self._save(cur, name, table)
+
+    async def _check_existing(self, cur, name, table: TableDef) -> None:
+        await cur.execute(create_sql("pg_temp.binlogd_shape", table))
+        shape = ("SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute WHERE attrelid = "
+                 "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
+        await cur.execute(shape, ("pg_temp.binlogd_shape",))
+        want = await cur.fetchall()
+        await cur.execute(shape, (self.qualified(name),))
+        have = await cur.fetchall()
+        await cur.execute("DROP TABLE pg_temp.binlogd_shape")
+        if want != have:
+            raise ShapeError(f"table {self.qualified(name)} exists in PostgreSQL with another shape: "
+                             f"{_cols(have)}, not {_cols(want)}")
+
+    async def truncate(self, cur, name) -> None:
+        if name in self.defs:
+            await cur.execute(f"TRUNCATE {self.qualified(name)}")
+
+    async def ddl(self, cur, change, query: str) -> None:
+        """Apply one DDL change record (:mod:`library.schema.changes`) to the mirrored tables it names.
+        Raises: DdlError (nothing of it is committed: the transaction fails with it)."""
+        if isinstance(change, D.Unparsed):
+            hit = [n for n in change.names if n in self.defs] if change.names else list(self.defs)
+            if hit:
+                raise DdlError(f"cannot parse it ({change.reason})")
+            return
+        if isinstance(change, D.DropTables):
+            for name in change.names:
+                if name in self.defs:
+                    await cur.execute(f"DROP TABLE {self.qualified(name)}")
+                    await self._save(cur, name, None)
+        elif isinstance(change, D.DropDatabase):
+            for name in [n for n in self.defs if n[0] == change.name]:
+                await cur.execute(f"DROP TABLE {self.qualified(name)}")
+                await self._save(cur, name, None)
+        elif isinstance(change, D.RenameTables):
+            for old, new in change.pairs:
+                if old in self.defs:
+                    await self._rename(cur, old, new, self.defs[old])
+        elif isinstance(change, D.AlterTable) and change.name in self.defs:
+            await self._alter(cur, change, query)
+
+    async def _rename(self, cur, old, new, table: TableDef) -> None:
+        if new in self.defs:
+            raise DdlError(f"{new[0]}.{new[1]} is mirrored already")
+        src_schema, dst_schema = (self.schema_map.get(n[0], n[0]) for n in (old, new))
+        q = self.qualified(old)
+        if src_schema != dst_schema:
+            await cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(dst_schema)}")
+            await cur.execute(f"ALTER TABLE {q} SET SCHEMA {quote_ident(dst_schema)}")
+            q = f"{quote_ident(dst_schema)}.{quote_ident(old[1])}"
+        if old[1] != new[1]:
+            await cur.execute(f"ALTER TABLE {q} RENAME TO {quote_ident(new[1])}")
+        await self._save(cur, old, None)
+        await self._save(cur, new, TableDef(new[0], new[1], table.columns, table.primary_key, table.charset))
+
+    async def _alter(self, cur, change: D.AlterTable, query: str) -> None:
+        name, old = change.name, self.defs[change.name]
+        catalog = Catalog()
+        catalog.set(name, old)
+        out = catalog.apply(change)
+        target = next((n for n, s in out.items() if s != DROPPED), name)
+        new = out.get(target)
+        if not isinstance(new, TableDef):
+            raise DdlError("the table's new definition cannot be followed")
+        pg_columns(new)  # every new type has a mapping (DdlError otherwise)
+        inplace = all(isinstance(a, _INPLACE) and getattr(a, "position", None) is None for a in change.actions)
+        q = self.qualified(name)
+        if inplace:
+            await self._inplace(cur, q, change.actions, new, query)
+        else:
+            await self._rebuild(cur, q, name, old, new, change.actions, query)
+        if target != name:
+            await self._rename(cur, name, target, new)
+        else:
+            await self._save(cur, name, new)
+
+    async def _inplace(self, cur, q: str, actions, new: TableDef, query: str) -> None:
+        final = {c.name.lower(): c for c in new.columns}
+        for a in actions:
+            if isinstance(a, D.AddColumn):
+                col = final.get(a.column.name.lower(), a.column)
+                lit = literal(col, _default(query, col))
+                await cur.execute(f"ALTER TABLE {q} ADD COLUMN {quote_ident(col.name)} {pg_type(col)} DEFAULT {lit}"
+                                  f"{'' if col.nullable else ' NOT NULL'}")
+                await cur.execute(f"ALTER TABLE {q} ALTER COLUMN {quote_ident(col.name)} DROP DEFAULT")
+            elif isinstance(a, D.DropColumn):
+                await cur.execute(f"ALTER TABLE {q} DROP COLUMN {quote_ident(a.name)}")
+            elif isinstance(a, D.RenameColumn):
+                await cur.execute(f"ALTER TABLE {q} RENAME COLUMN {quote_ident(a.old)} TO {quote_ident(a.new)}")
+            elif isinstance(a, D.ChangeColumn):
+                await self._change_column(cur, q, a, final.get(a.column.name.lower(), a.column))
+
+    async def _change_column(self, cur, q: str, a: D.ChangeColumn, col) -> None:
+        await cur.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                          "AND attname = %s AND NOT attisdropped", (q, a.old))
+        row = await cur.fetchone()
+        if row is None:
+            raise DdlError(f"column {a.old!r} is not in the mirrored table")
+        c = quote_ident(a.old)
+        await cur.execute(f"ALTER TABLE {q} ALTER COLUMN {c} TYPE {pg_type(col)} USING {c}::text::{pg_type(col)}")
+        await cur.execute(f"ALTER TABLE {q} ALTER COLUMN {c} {'DROP' if col.nullable else 'SET'} NOT NULL")
+        if a.old != col.name:
+            await cur.execute(f"ALTER TABLE {q} RENAME COLUMN {c} TO {quote_ident(col.name)}")
+
+    async def _rebuild(self, cur, q: str, name, old: TableDef, new: TableDef, actions, query: str) -> None:
+        """A new table in the new column order, filled from the old one, under the old name."""
+        origin = {c.name.lower(): quote_ident(c.name) for c in old.columns}
+        final = {c.name.lower(): c for c in new.columns}
+        for a in actions:
+            if isinstance(a, D.AddColumn):
+                col = final.get(a.column.name.lower(), a.column)
+                origin[col.name.lower()] = literal(col, _default(query, col))
+            elif isinstance(a, D.DropColumn):
+                origin.pop(a.name.lower(), None)
+            elif isinstance(a, D.RenameColumn):
+                origin[a.new.lower()] = origin.pop(a.old.lower())
+            elif isinstance(a, D.ChangeColumn):
+                col = final.get(a.column.name.lower(), a.column)
+                expr = origin.pop(a.old.lower())
+                before = next((c for c in old.columns if quote_ident(c.name) == expr), None)
+                same = before is not None and pg_type(before) == pg_type(col)
+                origin[col.name.lower()] = expr if same else f"{expr}::text::{pg_type(col)}"
+        pg_schema = quote_ident(self.schema_map.get(name[0], name[0]))
+        tmp = f"{pg_schema}.{quote_ident('binlogd_rebuild')}"
+        await cur.execute(f"DROP TABLE IF EXISTS {tmp}")
+        await cur.execute(create_sql(tmp, new))
+        cols = ", ".join(quote_ident(c.name) for c in new.columns)
+        exprs = ", ".join(origin[c.name.lower()] for c in new.columns)
+        await cur.execute(f"INSERT INTO {tmp} ({cols}) SELECT {exprs} FROM {q}")
+        await cur.execute(f"DROP TABLE {q}")
+        await cur.execute(f"ALTER TABLE {tmp} RENAME TO {quote_ident(name[1])}")
+
+    # ------------------------------------------------------------------ rows
+    def columns(self, name) -> dict:
+        """Column name → ColumnDef of a mirrored table."""
+        cols = self._cols.get(name)
+        if cols is None:
+            cols = self._cols[name] = {c.name: c for c in self.defs[name].columns}
+        return cols
+
+    async def apply(self, conn, name, op: str, rows: list) -> None:
+        """Apply consecutive row changes of one table and kind (``rows``: (before, after, id) with the same
+        columns). Raises: DataError (a value PostgreSQL cannot hold, or a row the mirror lacks)."""
+        if name not in self.defs:
+            raise DataError(f"{name[0]}.{name[1]} is not mirrored (no TABLE_MAP before its rows)")
+        cols, q = self.columns(name), self.qualified(name)
+        if op in ("insert", "read"):
+            names = list(rows[0][1])
+            lines = []
+            for _b, after, cid in rows:
+                lines.append("\t".join(copy_field(self._text(cols, name, k, v, cid, self.json_text))
+                                       for k, v in after.items()))
+            sql = f"COPY {q} ({', '.join(quote_ident(k) for k in names)}) FROM STDIN"
+            async with conn.cursor() as cur:
+                async with cur.copy(sql) as copy:
+                    await copy.write(("\n".join(lines) + "\n").encode())
+            return
+        table = self.defs[name]
+        before0, after0 = rows[0][0], rows[0][1] or {}
+        keys = [k for k in table.primary_key if k in before0] if table.primary_key else []
+        if table.primary_key and len(keys) != len(table.primary_key):
+            raise DataError(f"{name[0]}.{name[1]}: the before image lacks primary-key columns")
+        where_cols = keys or list(before0)
+        sql = self._row_sql(name, q, op, tuple(after0), tuple(where_cols), bool(keys))
+        params = []
+        for before, after, cid in rows:
+            j = self.json_text
+            p = [self._text(cols, name, k, v, cid, j) for k, v in (after or {}).items()] if op == "update" else []
+            p += [self._text(cols, name, k, before[k], cid, j) for k in where_cols]
+            params.append(p)
+        async with conn.cursor() as cur:
+            await cur.executemany(sql, params)
+            if cur.rowcount != len(rows):
+                raise DataError(f"{name[0]}.{name[1]}: {op} of {len(rows)} rows found {cur.rowcount} in the mirror "
+                                f"(from change {rows[0][2]}): the mirror and the source differ")
+
+    def _row_sql(self, name, q: str, op: str, sets: tuple, where: tuple, keyed: bool) -> str:
+        key = (name, op, sets, where, keyed)
+        sql = self._sql.get(key)
+        if sql is None:
+            cols = self.columns(name)
+            cond = " AND ".join(f"{quote_ident(k)} {'=' if keyed else 'IS NOT DISTINCT FROM'} %s::{pg_type(cols[k])}"
+                                for k in where)
+            if not keyed:
+                cond = f"ctid = (SELECT ctid FROM {q} WHERE {cond} LIMIT 1)"
+            if op == "update":
+                assign = ", ".join(f"{quote_ident(k)} = %s::{pg_type(cols[k])}" for k in sets)
+                sql = f"UPDATE {q} SET {assign} WHERE {cond}"
+            else:
+                sql = f"DELETE FROM {q} WHERE {cond}"
+            self._sql[key] = sql
+        return sql
+
+    @staticmethod
+    def _text(cols: dict, name, column: str, value, cid: str, json_text: bool) -> str | None:
+        col = cols.get(column)
+        if col is None:
+            raise DataError(f"{name[0]}.{name[1]}: column {column!r} of change {cid} is not in the mirrored table")
+        try:
+            return pg_text(col, value, json_text)
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"{name[0]}.{name[1]} column {column!r}, change {cid}: {exc}") from None
+
+
+def _default(query: str, col):
+    return added_default(query, col)
+
+
+def _describe(table: TableDef) -> str:
+    cols = ", ".join(f"{n} {t}" for n, t in pg_columns(table))
+    return cols + (f"; key {', '.join(table.primary_key)}" if table.primary_key else "; no key")
+
+
+def _cols(rows) -> str:
+    return ", ".join(f"{n} {t}{' not null' if nn else ''}" for n, t, nn in rows) or "no columns"
+
+
+__all__ = ["CHECKPOINT", "META", "DataError", "ShapeError", "Tables", "truncated"]
