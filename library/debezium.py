@@ -122,15 +122,10 @@ def debezium_json(change: dict | bytes, server_name: str = DEFAULT_SERVER_NAME, 
     return dumps(envelope(change, server_name, now_ns))
 
 
-def debezium_line(change: dict | bytes, server_name: str = DEFAULT_SERVER_NAME, now_ns: int | None = None) -> bytes:
-    """:func:`debezium_json` followed by a newline (one line of the jsonl sink)."""
-    return debezium_json(change, server_name, now_ns) + b"\n"
-
-
 def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None, inner: int = 0,
                  server_name: str = DEFAULT_SERVER_NAME, now_ns: int | None = None) -> tuple[bytes, int]:
     """Debezium's :func:`library.jsonrows.change_lines`: the envelope of every row of one rows event, one
-    JSON line each (the bytes of ``debezium_line(change, server_name, now_ns)`` for each change of
+    JSON line each (the bytes of ``debezium_json(change, server_name, now_ns)`` and a newline for each change of
     :func:`library.serialize.change_events`), and how many there are. One processing time for the event.
 
     Raises:

@@ -110,14 +110,14 @@ def test_corpus_envelopes_match_their_changes(corpus_changes) -> None:
 
 @pytest.mark.parametrize("speedups", [True, False], ids=["C", "pure-python"])
 def test_row_image_writer_gives_the_dict_path_bytes(corpus_changes, speedups) -> None:
-    """debezium.change_lines (row images, no dicts) == debezium_line of each change, for every rows event."""
+    """debezium.change_lines (row images, no dicts) == debezium_json of each change, a line each, for every rows event."""
     before = rowcodec.speedups_enabled(), jsonrows.use_speedups(speedups)
     try:
         for event, changes in corpus_changes:
             lines, n = debezium.change_lines(event, event_file(changes), "0-1-42", server_name="srv",
                                                   now_ns=NOW)
             assert n == len(changes)
-            assert lines == b"".join(debezium.debezium_line(c, "srv", NOW) for c in changes), event.header.pos
+            assert lines == b"".join(debezium.debezium_json(c, "srv", NOW) + b"\n" for c in changes), event.header.pos
     finally:
         rowcodec.use_speedups(before[0])
         jsonrows.use_speedups(before[1])

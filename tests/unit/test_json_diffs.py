@@ -102,7 +102,7 @@ def test_change_events_set_the_diffs_apart(speedups) -> None:
 def test_debezium_envelopes_carry_the_diffs_after_after(speedups) -> None:
     changes = list(change_events(partial_event(), "f.000001", None))
     lines, n = debezium.change_lines(partial_event(), "f.000001", None, now_ns=10**18)
-    assert n == 3 and lines == b"".join(debezium.debezium_line(c, now_ns=10**18) for c in changes)
+    assert n == 3 and lines == b"".join(debezium.debezium_json(c, now_ns=10**18) + b"\n" for c in changes)
     envelopes = [orjson.loads(line) for line in lines.splitlines()]
     assert list(envelopes[0])[:4] == ["before", "after", "json_diffs", "source"]
     assert envelopes[0]["json_diffs"] == {"j": DIFFS} and envelopes[0]["after"] == {"id": 1, "k": LOOKALIKE}
