@@ -216,3 +216,37 @@ def test_login_refused_and_another_shape(mariadb, fresh_db, tmp_path):
         assert rc == 6, d.stderr
         errors = [line for line in d.stderr.splitlines() if " ERROR " in line]
         assert len(errors) == 1 and "another shape" in errors[0], d.stderr
+
+
+def test_nul_in_text_and_unappliable_ddl(mariadb, fresh_db, tmp_path):
+    require("postgres")
+    db, srv = fresh_db, mariadb
+    cases = (("CREATE TABLE `{db}`.n (id INT PRIMARY KEY, v TEXT)", "INSERT INTO `{db}`.n VALUES (2, 'a\\0b')",
+              ("column 'v'", "NUL"), f'SELECT id, v FROM "{db}".n', [(1, None)]),
+             ("CREATE TABLE `{db}`.m (id INT PRIMARY KEY, v INT)",
+              "ALTER TABLE `{db}`.m ADD COLUMN w DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP",
+              ("cannot apply the DDL at ", "ADD COLUMN w DATETIME"),
+              f"SELECT attname FROM pg_attribute WHERE attrelid = '\"{db}\".m'::regclass AND attnum > 0",
+              [("id",), ("v",)]))
+    for i, (setup, bad, words, check, want) in enumerate(cases, start=1):
+        with PostgresServer() as pg:
+            o = overrides(pg, srv, tmp_path / str(i), db)
+            d = DaemonProcess(o)
+            try:
+                d.wait_streaming(timeout=60)
+                srv.sql(setup.format(db=db))
+                srv.sql(setup.format(db=db).replace("CREATE TABLE", "INSERT INTO").split(" (")[0] + " VALUES (1, NULL)")
+                wait_caught_up(srv, tmp_path / str(i) / "checkpoint.json", timeout=60, daemon=d)
+                srv.sql(bad.format(db=db))
+                rc = d.wait(60)
+            finally:
+                if d.running:
+                    d.kill()
+            assert rc == 7, d.stderr
+            errors = [line for line in d.stderr.splitlines() if " ERROR " in line]
+            assert len(errors) == 1 and all(w in errors[0] for w in words), d.stderr
+            assert "Traceback" not in d.stderr
+            import psycopg
+
+            with psycopg.connect(pg.url) as conn:  # what came before stays, nothing of the refused change
+                assert conn.execute(check).fetchall() == want
