@@ -434,7 +434,23 @@ class Daemon:
             return resume
         from binlogd.daemon.snapshot import initial  # its modules only where snapshots are configured
 
-        return await initial.run(self, info, endpoint, resume)
+        return await initial.run(self._snapshot_context(), info, endpoint, resume)
+
+    def _snapshot_context(self):
+        """What a snapshot (initial or incremental) uses of the daemon: a
+        :class:`~binlogd.daemon.snapshot.context.SnapshotContext` for the current session."""
+        from binlogd.daemon.snapshot.context import SnapshotContext
+
+        cfg = self.cfg
+        return SnapshotContext(
+            connect=self._admin_connection, sink=self.sink, committer=self.committer, metrics=self.metrics,
+            log=self.log, schema=self.schema, stopping=self.stopping, config=cfg.snapshot,
+            selected=cfg.filters.table_selected, sink_kind=cfg.sink.kind, binlogd_format=cfg.sink.format == "binlogd",
+            start_kind=cfg.source.start_spec.kind, checkpointed=self._checkpointed)
+
+    def _checkpointed(self) -> None:
+        """A durable checkpoint exists (a snapshot committed one): a new session resumes from it."""
+        self._started = True
 
     async def _reopen_sink(self) -> None:
         """Back to the last durable commit: discard what the last session wrote after it; a sink that commits
@@ -489,7 +505,7 @@ class Daemon:
             if self.sink.wants_rows:
                 from binlogd.daemon.snapshot.incremental import Incremental
 
-                self.consumer.incremental = Incremental(self, info, resume.incremental)
+                self.consumer.incremental = Incremental(self._snapshot_context(), info, resume.incremental)
             elif self.sessions == 0:
                 self.log.warning("snapshot.signal_table is not used: the sink takes no rows")
         return self.consumer

@@ -8,7 +8,7 @@ INSERTs in the binlog (whatever ``[filters]`` selects; its own rows are delivere
   one log line and the stream goes on);
 - ``type = 'stop-snapshot'``: ``data`` with ``data-collections`` takes those tables out, without: all.
 
-Each table is read in primary-key chunks of ``[snapshot] chunk_rows`` (keyset, :mod:`.snapshotrows`), on an
+Each table is read in primary-key chunks of ``[snapshot] chunk_rows`` (keyset, :mod:`.tables`), on an
 admin connection of its own, at a transaction boundary of the stream (the consumer waits meanwhile):
 
 1. the low watermark is the consumer's own position C at that boundary (at or before the server's binlog end
@@ -43,10 +43,16 @@ import time
 
 import orjson
 
-from binlogd.daemon.replication.connection import admin_connection
-from binlogd.daemon.snapshot.initial import ER_NO_SUCH_TABLE, ER_TABLE_DEF_CHANGED, is_server_error, server_error
-from binlogd.daemon.snapshot.tables import TableInfo, describe, raw_connection, read_chunk
-from binlogd.daemon.snapshot.views import binlog_end, consistent_snapshot, query
+from binlogd.daemon.snapshot.context import SnapshotContext
+from binlogd.daemon.snapshot.servererrors import (
+    ER_NO_SUCH_TABLE,
+    ER_TABLE_DEF_CHANGED,
+    error_code,
+    is_server_error,
+    server_error,
+)
+from binlogd.daemon.snapshot.tables import TableInfo, describe, read_chunk
+from binlogd.daemon.snapshot.views import binlog_end, consistent_snapshot, end_view
 from binlogd.library.identity import incremental_prefix
 from binlogd.protocol.gtid import MysqlGtidSet
 from binlogd.protocol.position import is_before
@@ -87,7 +93,8 @@ class Incremental:
     """One session's incremental snapshot: the signal table watched, the current chunk's buffer, the state.
 
     Args:
-        daemon: the :class:`~binlogd.daemon.service.Daemon` (cfg, sink, metrics, log, its current source).
+        ctx: what the snapshot uses of the daemon (:class:`SnapshotContext`: config, filters, sink, metrics,
+            log, connections to the session's source).
         info: the session's :class:`~binlogd.daemon.replication.connection.ServerInfo`.
         state: the checkpoint's ``incremental`` object (None: none running).
     Fields:
@@ -97,12 +104,11 @@ class Incremental:
         buffer: the current chunk's rows by key (None: no chunk read), ``high`` its high watermark.
     """
 
-    def __init__(self, daemon, info, state: dict | None):
-        self.daemon, self.info = daemon, info
-        self.cfg = daemon.cfg
-        self.log: logging.Logger = daemon.log
-        self.metrics, self.sink = daemon.metrics, daemon.sink
-        schema, _, table = self.cfg.snapshot.signal_table.partition(".")
+    def __init__(self, ctx: SnapshotContext, info, state: dict | None):
+        self.ctx, self.info = ctx, info
+        self.log: logging.Logger = ctx.log
+        self.metrics, self.sink = ctx.metrics, ctx.sink
+        schema, _, table = ctx.config.signal_table.partition(".")
         self.signal = (schema, table)
         self.state: dict | None = orjson.loads(orjson.dumps(state)) if state and state.get("tables") else None
         if self.state is not None:  # this session's chunks are another run's: their rows' ids say so
@@ -201,7 +207,7 @@ class Incremental:
             parsed = parse_collection(name)
             if parsed is None:
                 self.log.warning("incremental snapshot: signal %s: %r is not 'database.table': refused", sid, name)
-            elif not self.cfg.filters.table_selected(*parsed):
+            elif not self.ctx.selected(*parsed):
                 self.log.warning("incremental snapshot: %s.%s is not selected by [filters]: refused", *parsed)
             elif list(parsed) not in tables:
                 tables.append(list(parsed))
@@ -290,7 +296,7 @@ class Incremental:
         self._timing, self._began, self._last_line, self._session_rows = (schema, table), time.monotonic(), \
             time.monotonic(), 0
         self.log.info("incremental snapshot: %s: reading in chunks of %d rows (about %d rows)%s", info.name,
-                      self.cfg.snapshot.chunk_rows, info.rows_estimate,
+                      self.ctx.config.chunk_rows, info.rows_estimate,
                       f", after key {self.state['last']}" if self.state["last"] is not None else "")
         return info
 
@@ -306,21 +312,20 @@ class Incremental:
         import pymysql
 
         if self.conn is None:
-            self.conn = await admin_connection(self.daemon._source)
-            await raw_connection(self.conn)
+            self.conn = await self.ctx.raw_connection()
         info = await self._table()
         if info is None:
             return True
-        limit, low = self.cfg.snapshot.chunk_rows, (tracker.file, tracker.pos)
+        limit, low = self.ctx.config.chunk_rows, (tracker.file, tracker.pos)
         try:
             cut = await consistent_snapshot(self.conn)
             try:
                 raw = await read_chunk(self.conn, info, self.state["last"], limit)
                 now = await describe(self.conn, info.schema, info.table)
             finally:
-                await query(self.conn, "ROLLBACK")
+                await end_view(self.conn)
         except pymysql.err.MySQLError as exc:
-            code = exc.args[0] if exc.args else 0
+            code = error_code(exc)
             if code == ER_TABLE_DEF_CHANGED:  # altered since the view opened: read again in a new one
                 return False
             if code != ER_NO_SUCH_TABLE:
@@ -372,7 +377,7 @@ class Incremental:
         self._session_rows += len(rows)
         if last is not None:
             state["last"] = last
-        chunk = self.cfg.snapshot.chunk_rows
+        chunk = self.ctx.config.chunk_rows
         self.metrics.snapshot_chunk(info.name, len(rows), state["chunks"],
                                     max(1, -(-info.rows_estimate // chunk)))
         if full:

@@ -87,10 +87,10 @@ def test_a_reader_refused_leaves_fewer_readers(mariadb_minimal, tmp_path, monkey
     import pymysql
 
     from binlogd.daemon.config import load_config
-    from binlogd.daemon.snapshot import initial as snapshot
+    from binlogd.daemon.snapshot import readers
     from tests.support.daemon import InProcessDaemon, captured_log, wait_until
 
-    real, calls = snapshot.Snapshot._spare, []
+    real, calls = readers.Readers.new, []
 
     async def refused_once(self):
         calls.append(1)
@@ -98,7 +98,7 @@ def test_a_reader_refused_leaves_fewer_readers(mariadb_minimal, tmp_path, monkey
             raise pymysql.err.OperationalError(1226, "User has exceeded the 'max_user_connections' resource")
         return await real(self)
 
-    monkeypatch.setattr(snapshot.Snapshot, "_spare", refused_once)
+    monkeypatch.setattr(readers.Readers, "new", refused_once)
     server, db = mariadb_minimal, f"snapf_{uuid.uuid4().hex[:10]}"
     make_tables(server, db, 3000)
     server.sql(f"ANALYZE TABLE `{db}`.big")

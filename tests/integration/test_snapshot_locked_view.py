@@ -25,7 +25,7 @@ import pytest
 from binlogd.daemon.config import load_config
 from binlogd.daemon.replication import _aiomysql
 from binlogd.daemon.replication.connection import SourceError
-from binlogd.daemon.snapshot import initial as snapshot
+from binlogd.daemon.snapshot import readers
 from binlogd.daemon.snapshot.views import open_view_locked
 from tests.support.daemon import (
     InProcessDaemon,
@@ -154,7 +154,7 @@ def test_no_lock_to_be_had_reads_the_tables_incrementally(mariadb_minimal, tmp_p
     async def as_mysql(conn, flavor, gtids=None):
         return await open_view_locked(conn), "ftwrl"
 
-    monkeypatch.setattr(snapshot, "open_view", as_mysql)
+    monkeypatch.setattr(readers, "open_view", as_mysql)
     server, db = mariadb_minimal, f"nolock_{uuid.uuid4().hex[:10]}"
     make_tables(server, db, 1500)
     load = None

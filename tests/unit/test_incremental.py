@@ -6,11 +6,13 @@ tests/faults/test_faults_snapshot_incremental.py).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import SimpleNamespace
 
 from binlogd.daemon.config import load_config
 from binlogd.daemon.operations.metrics import Metrics
+from binlogd.daemon.snapshot.context import SnapshotContext
 from binlogd.daemon.snapshot.incremental import Incremental, parse_collection
 from binlogd.daemon.snapshot.tables import TableInfo
 from binlogd.daemon.state import ResumeState
@@ -37,8 +39,15 @@ def test_parse_collection():
 
 def _incremental(state=None, selected="s"):
     cfg = load_config(None, env={}, overrides={"snapshot.signal_table": "s.signals", "filters.include_schemas": selected})
-    daemon = SimpleNamespace(cfg=cfg, log=logging.getLogger("test.incremental"), metrics=Metrics(), sink=None)
-    return Incremental(daemon, SimpleNamespace(server_id=1), state)
+
+    async def no_connection():
+        raise AssertionError("the signals are read without a connection")
+
+    ctx = SnapshotContext(connect=no_connection, sink=None, committer=None, metrics=Metrics(),
+                          log=logging.getLogger("test.incremental"), schema=None, stopping=asyncio.Event(),
+                          config=cfg.snapshot, selected=cfg.filters.table_selected, sink_kind="jsonl",
+                          binlogd_format=True, start_kind="current", checkpointed=lambda: None)
+    return Incremental(ctx, SimpleNamespace(server_id=1), state)
 
 
 def _rows(schema, table, kind, rows):

@@ -11,9 +11,10 @@ import pytest
 from binlogd.daemon.config import ConfigError, load_config
 from binlogd.daemon.operations.metrics import Metrics
 from binlogd.daemon.snapshot.tables import TableInfo
-from binlogd.daemon.snapshot.wire import _fields, after_encoder, row_json
+from binlogd.daemon.snapshot.wire import ChunkReader, ResultRows
 from binlogd.daemon.state import ResumeState
 from binlogd.library.checkpointfile import Checkpoint
+from binlogd.protocol import textrows
 from binlogd.protocol.position import Position
 
 
@@ -88,17 +89,20 @@ def _lenenc(value: bytes | None) -> bytes:
 
 
 def test_text_row_fields_and_json():
+    """A text-protocol row packet's values (NULL, 1-, 2- and 3-byte lengths), and its JSON off the wire equal to
+    the values :meth:`TableInfo.row` gives PyMySQL's text."""
     values = [b"-5", None, b"x" * 300, b"\x00\xff", b"a,c", b"1.100000023841858", b"\x02\x01", b"12.5000",
               b"2026-01-01 00:00:00.5", "é\"\\\n".encode(), b"70000" * 14000]
     packet = b"".join(_lenenc(v) for v in values)
-    assert _fields(packet, len(values)) == values
+    assert textrows.fields(packet, len(values)) == values
     info = TableInfo("d", "t", tuple(f"c{i}" for i in range(len(values))),
                      ("bigint", "int", "varchar", "blob", "set", "float", "bit", "decimal", "datetime", "text",
                       "longtext"))
-    row = orjson.loads(after_encoder(info)(values))
+    buf = bytearray(len(packet).to_bytes(3, "little") + b"\x01" + packet)
+    change, = ChunkReader(info).changes(ResultRows(buf, 0, len(buf), 1, 0, len(values)), {}, 0, 0, "snapshot:0:0")
+    row = orjson.loads(orjson.dumps(change["after"]))
     assert row == {"c0": -5, "c1": None, "c2": "x" * 300, "c3": "AP8=", "c4": ["a", "c"], "c5": 1.1, "c6": 513,
                    "c7": "12.5000", "c8": "2026-01-01 00:00:00.5", "c9": "é\"\\\n", "c10": "70000" * 14000}
-    assert row_json(info)(packet) == after_encoder(info)(values)
     text = [v if v is None or t in ("blob", "bit") else v.decode() for v, t in zip(values, info.types)]
     assert orjson.loads(orjson.dumps(info.row(tuple(text)), default=lambda b: "AP8=")) == row
 
@@ -115,15 +119,15 @@ def test_snapshot_metrics():
     assert reg.get_sample_value("binlogd_snapshot_chunks_total", {"table": "d.t"}) == 2  # never under done
 
 
-def test_all_runs_at_once_and_raises_the_first_error_before_a_stop():
-    """The key ranges' runner: nothing to run returns; the ranges run at once; an error cancels the others and
-    is raised rather than a stop raised beside it."""
+def test_all_at_once_runs_the_ranges_together_and_raises_the_first_error():
+    """The key ranges' runner: nothing to run gives nothing; the ranges run at once and their results come in
+    order; an error cancels the others and is raised (the first in the coroutines' order)."""
     import asyncio
 
-    from binlogd.daemon.snapshot.initial import _all, _Stop
+    from binlogd.daemon.snapshot.ranges import all_at_once
 
     async def go():
-        await _all([])
+        assert await all_at_once([]) == []
         order, cancelled = [], []
 
         async def step(name, then=None):
@@ -131,6 +135,7 @@ def test_all_runs_at_once_and_raises_the_first_error_before_a_stop():
             await asyncio.sleep(0.01)
             if then is not None:
                 raise then
+            return name
 
         async def forever():
             try:
@@ -139,10 +144,10 @@ def test_all_runs_at_once_and_raises_the_first_error_before_a_stop():
                 cancelled.append(True)
                 raise
 
-        await _all([step("a"), step("b")])
+        assert await all_at_once([step("a"), step("b")]) == ["a", "b"]
         assert order == ["a", "b"]
-        with pytest.raises(OSError):
-            await _all([step("c", _Stop()), step("d", OSError("lost")), forever()])
+        with pytest.raises(KeyError):
+            await all_at_once([step("c", KeyError("first")), step("d", OSError("lost")), forever()])
         assert cancelled == [True]
 
     asyncio.run(go())
