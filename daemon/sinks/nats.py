@@ -58,6 +58,7 @@ class NatsSink(BusSink):
         self.checkpoint_subject = f"_binlogd.checkpoint.{stream}"
         self.fence_subject = f"_binlogd.fence.{stream}"  # [ha]: a taker's fence (see _fence_stream)
         self._tail = ""  # the Binlogd-Source of a commit cut short whose changes are skipped, at open
+        self._last_id = ""  # [ha]: the Nats-Msg-Id of the last message sent since the fence
         self._subjects: dict = {}
         self._nc = self._js = None
         self._seq = 0
@@ -89,17 +90,20 @@ class NatsSink(BusSink):
         self._seq, self._skip = info.state.last_seq, None
         checkpoint, at = await self._last_checkpoint()
         self._use_checkpoint(checkpoint)
-        self._tail = ""
+        self._tail, self._last_id = "", ""
         if self._seq > at:  # a commit cut short: what it stored is not sent again
             await self._cut_short(at)
         if self.epoch is not None:
             await self._fence_stream()
 
     async def _fence_stream(self) -> None:
-        """``[ha]``: publish a fence (subject ``_binlogd.fence.<stream>``, header ``Binlogd-Fence`` = our epoch) in
-        the chain, expecting the last sequence read at open: every message of an older writer, which expects an
-        earlier sequence, is refused from here on. It repeats the ``Binlogd-Source`` of a tail being skipped, so
-        the next open skips the same changes. Raises SinkError when another writer came first (the open fails)."""
+        """``[ha]``: publish a fence (subject ``_binlogd.fence.<stream>``, header ``Binlogd-Fence`` = our epoch),
+        expecting the last sequence read at open. From it on, every message also expects its predecessor's message
+        id (``Nats-Expected-Last-Msg-Id``): a chain no other writer can join, and one foreign message (an older
+        writer's, or a newer one's fence) refuses every later message of the chain, whatever the sequences (an
+        expected sequence alone would line up again one message later). It repeats the ``Binlogd-Source`` of a
+        tail being skipped, so the next open skips the same changes. Raises SinkError when another writer came
+        first (the open fails)."""
         headers = {"Binlogd-Fence": str(self.epoch), "Nats-Rollup": "sub"}
         if self._tail:
             headers["Binlogd-Source"] = self._tail
@@ -201,7 +205,8 @@ class NatsSink(BusSink):
         out, seq = [], self._seq
         for (schema, table, _file, _pos, row0, _gtid, _op, sid, prefix), block, count in blocks:
             if count:
-                out.append(nats_hpubs(self._subject_of(schema, table), sid, prefix.encode(), row0, seq, block, count))
+                frame = nats_hpubs if self.epoch is None else self._chained_hpubs
+                out.append(frame(self._subject_of(schema, table), sid, prefix.encode(), row0, seq, block, count))
                 seq += count
         if out:
             await self._unless_lost(self._nc._send_command(b"".join(out)))
@@ -211,12 +216,37 @@ class NatsSink(BusSink):
         await self._publish(self._subject_of(schema, table).decode(), lines[cut:-1],
                             {"Nats-Msg-Id": f"{sid}:{source}", "Binlogd-Source": source})
 
+    def _chained_hpubs(self, subject: bytes, sid: int, prefix: bytes, row0: int, seq0: int, lines: bytes,
+                       n: int) -> bytes:
+        """``[ha]``: :func:`.frames.nats_hpubs`'s HPUBs, each also expecting its predecessor's message id
+        (``Nats-Expected-Last-Msg-Id``, from :attr:`_last_id`, which moves on)."""
+        out = []
+        for i, payload in enumerate(lines.split(b"\n")[:n]):
+            msg_id = b"%d:%b:%d" % (sid, prefix, row0 + i)
+            headers = (b"NATS/1.0\r\nNats-Msg-Id: %b\r\nBinlogd-Source: %b:%d\r\nNats-Expected-Last-Sequence: %d\r\n"
+                       b"Nats-Expected-Last-Msg-Id: %b\r\n\r\n" % (msg_id, prefix, row0 + i, seq0 + i,
+                                                                   self._last_id.encode()))
+            out.append(b"HPUB %b %d %d\r\n%b%b\r\n" % (subject, len(headers), len(headers) + len(payload), headers,
+                                                         payload))
+            self._last_id = msg_id.decode()
+        return b"".join(out)
+
     async def _publish(self, subject: str, payload: bytes, headers: dict) -> None:
         """Publish the stream's next message, its ack awaited later (acks already in are checked now)."""
         headers["Nats-Expected-Last-Sequence"] = str(self._seq)
+        if self.epoch is not None:  # [ha]: the chain of message ids (see _fence_stream)
+            headers.setdefault("Nats-Msg-Id", f"_binlogd:{self.epoch}:{self._seq + 1}")
+            if self._last_id:
+                headers["Nats-Expected-Last-Msg-Id"] = self._last_id
+            self._last_id = headers["Nats-Msg-Id"]
         self._seq += 1
         acks = self._acks
-        ack = await self._unless_lost(self._js.publish_async(subject, payload, headers=headers))
+        if self.epoch is None:
+            ack = await self._unless_lost(self._js.publish_async(subject, payload, headers=headers))
+        else:  # [ha]: awaited now, so a refusal (another writer's fence) fails at once: nats-py never resolves a
+            # refused publish_async's future (the wait would end only after WAIT_SECONDS)
+            ack = asyncio.get_running_loop().create_future()
+            ack.set_result(await self._unless_lost(self._js.publish(subject, payload, headers=headers)))
         acks.append((ack, self._seq))
         while acks and acks[0][0].done():
             self._check(*acks.popleft())

@@ -9,8 +9,6 @@ real broker): two ``binlogd run`` processes share one broker, one active, one st
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import signal
 import time
@@ -30,6 +28,7 @@ from tests.support.faults import (
     metrics_port,
     scrape_metric,
 )
+from tests.support.hasupport import read_nats_changes
 
 pytestmark = pytest.mark.server
 
@@ -44,34 +43,6 @@ def ha_daemon(srv, workdir, kind: str, broker, name: str) -> DaemonProcess:
     return DaemonProcess(base_overrides(srv, workdir, **{
         "source.start": "current", "filters.include_schemas": SCHEMA, "sink.kind": kind, f"sink.{kind}.url": broker.url,
         "ha.mode": "lease", "ha.lease_seconds": str(LEASE), "ha.name": name}))
-
-
-def read_nats_changes(url: str, stream: str = "BINLOGD") -> list:
-    """Every change message of JetStream ``stream`` by sequence: binlogd's own subjects (``_binlogd.``: the
-    checkpoint, the [ha] fences) and deleted sequences passed over."""
-    import nats
-    from nats.js.errors import NotFoundError
-
-    async def go():
-        nc = await nats.connect(url)
-        try:
-            js = nc.jetstream()
-            info = await js.stream_info(stream)
-            out = []
-            for seq in range(info.state.first_seq, info.state.last_seq + 1):
-                try:
-                    msg = await js.get_msg(stream, seq)
-                except NotFoundError:
-                    continue
-                if not msg.subject.startswith("_binlogd."):
-                    change = json.loads(msg.data)
-                    assert (msg.headers or {}).get("Binlogd-Source") == change["source"]["id"], (seq, msg.headers)
-                    out.append(change)
-            return out
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
 
 
 def read_back_once(srv, kind: str, broker, writer, tmp_path, total: int) -> None:

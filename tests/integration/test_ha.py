@@ -1,0 +1,137 @@
+"""The ``[ha]`` lease and its fencing, on real brokers (Redis, NATS JetStream, PostgreSQL), sink by sink:
+
+- one instance takes the lease; another cannot while it is renewed, and can once it was not renewed for
+  ``lease_seconds``, with a larger epoch; the first one's renewal then says it lost it; a released lease is taken
+  at once;
+- fencing: an instance whose lease was taken over can never commit again. Redis and PostgreSQL: a commit whose
+  changes went to the broker *before* the takeover (queued in a MULTI after its WATCH, or COPYed into the open
+  transaction) fails at its commit and leaves nothing; NATS: the taker's open fences the stream, and every later
+  publish of the old writer is refused. The broker then holds the first commit and the new active's, nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.support.brokers import KINDS, require
+from tests.support.busread import read_bus
+from tests.support.hasupport import commit, read_nats_changes, write
+
+pytestmark = pytest.mark.server
+
+LEASE = 1.0
+
+
+def _lease(kind: str, url: str, name: str):
+    from binlogd.daemon.config import load_config
+    from binlogd.daemon.sinks.lease import lease_for
+
+    cfg = load_config(None, env={}, overrides={"sink.kind": kind, f"sink.{kind}.url": url})
+    return lease_for(cfg.sink, name, LEASE)
+
+
+def _sink(kind: str, url: str, epoch: int):
+    from binlogd.daemon.sinks.nats import NatsSink
+    from binlogd.daemon.sinks.postgres import PostgresSink
+    from binlogd.daemon.sinks.redis import RedisSink
+
+    sink = {"redis": RedisSink, "nats": NatsSink, "postgres": PostgresSink}[kind](url)
+    sink.epoch = epoch
+    sink.open(None)
+    return sink
+
+
+def _ids(kind: str, url: str) -> list[int]:
+    changes = read_nats_changes(url) if kind == "nats" else read_bus(kind, url)
+    return [c["after"]["id"] for c in changes]
+
+
+async def _take_after_expiry(lease, deadline: float = 10.0) -> float:
+    """Poll ``take`` as a standby does until it succeeds; returns the seconds it took."""
+    start = time.monotonic()
+    while not await lease.take():
+        assert time.monotonic() - start < deadline, "the lease was never taken"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_lease_taken_only_once_expired_with_a_larger_epoch(kind):
+    require(kind)
+    with KINDS[kind]() as broker:
+        async def go():
+            a, b, c = (_lease(kind, broker.url, name) for name in "abc")
+            try:
+                assert await a.take()
+                first = a.epoch
+                for _ in range(6):  # renewed three times a lease: b never gets it
+                    assert not await b.take()
+                    assert b.other == "a"
+                    assert await a.renew()
+                    await asyncio.sleep(LEASE / 3)
+                waited = await _take_after_expiry(b)  # a stopped renewing
+                assert LEASE * 0.5 <= waited <= LEASE + 1.0, waited
+                assert b.epoch > first
+                assert not await a.renew()  # a learns it lost the lease
+                await b.release()
+                assert await c.take()  # released: taken at once
+                assert c.epoch > first
+            finally:
+                for lease in (a, b, c):
+                    await lease.close()
+
+        asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_a_taken_over_instance_never_commits_again(kind):
+    from binlogd.daemon.sinks import SinkError
+
+    require(kind)
+    with KINDS[kind]() as broker:
+        a_lease, b_lease = _lease(kind, broker.url, "a"), _lease(kind, broker.url, "b")
+
+        async def take_and_close(lease):
+            try:
+                assert await lease.take()
+            finally:
+                await lease.close()
+
+        asyncio.run(take_and_close(a_lease))
+        a = _sink(kind, broker.url, a_lease.epoch)
+        b = None
+        try:
+            write(a, 0, 10)
+            commit(a, 10)
+            if kind != "nats":  # the old active's changes reach the broker before the takeover, uncommitted
+                write(a, 10, 10)
+                time.sleep(0.3)
+
+            async def take_over():
+                try:
+                    await _take_after_expiry(b_lease)
+                finally:
+                    await b_lease.close()
+
+            asyncio.run(take_over())
+            b = _sink(kind, broker.url, b_lease.epoch)  # NATS: its open fences the stream
+            assert b.remote_checkpoint().position.pos == 1010
+            if kind == "nats":  # the old active wakes up and writes on
+                write(a, 10, 10)
+            with pytest.raises(SinkError):
+                commit(a, 20)
+            a.close()
+            assert _ids(kind, broker.url) == list(range(10))  # nothing of the fenced commit
+            write(b, 10, 15)
+            commit(b, 25)
+            assert _ids(kind, broker.url) == list(range(25))
+            b.close()
+            b = _sink(kind, broker.url, b_lease.epoch)
+            assert b.remote_checkpoint().position.pos == 1025
+        finally:
+            a.close()
+            if b is not None:
+                b.close()

@@ -1,0 +1,59 @@
+"""Helpers of the ``[ha]`` tests: reading a NATS stream's changes past binlogd's own subjects (the checkpoint and
+the fences, ``_binlogd.*``), and driving a bus sink by hand (changes with ids, a commit with a checkpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+
+def read_nats_changes(url: str, stream: str = "BINLOGD") -> list:
+    """Every change message of JetStream ``stream`` by sequence: binlogd's own subjects (``_binlogd.``: the
+    checkpoint, the [ha] fences) and deleted sequences passed over; each message's Binlogd-Source is its id."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def go():
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            out = []
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                try:
+                    msg = await js.get_msg(stream, seq)
+                except NotFoundError:
+                    continue
+                if not msg.subject.startswith("_binlogd."):
+                    change = json.loads(msg.data)
+                    assert (msg.headers or {}).get("Binlogd-Source") == change["source"]["id"], (seq, msg.headers)
+                    out.append(change)
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def change(i: int, file: str = "b.000001") -> dict:
+    """A row change of ``d.a`` at position ``1000 + i`` (its id and key ``i``)."""
+    pos = 1000 + i
+    return {"schema": "d", "table": "a", "op": "insert", "after": {"id": i, "v": "x" * 50},
+            "source": {"file": file, "pos": pos, "row": 0, "server_id": 1, "gtid": None, "id": f"{file}:{pos}:0:0"}}
+
+
+def write(sink, first: int, n: int) -> None:
+    """Hand changes ``first`` .. ``first + n - 1`` to ``sink`` and flush them (not committed)."""
+    for i in range(first, first + n):
+        sink.change(change(i))
+    sink.flush()
+
+
+def commit(sink, upto: int) -> None:
+    """Commit what was flushed with the checkpoint at position ``1000 + upto``, and wait for it. Raises SinkError."""
+    from binlogd.library.checkpointfile import Checkpoint
+    from binlogd.protocol.position import Position
+
+    sink.flushed(Checkpoint(Position("b.000001", 1000 + upto)))
+    sink.begin_sync()
+    sink.sync()
