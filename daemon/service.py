@@ -404,7 +404,7 @@ class Daemon:
             await self._check_source(session, info)
             resume = await self._resume_state(session, endpoint, info)
             await self._attach_schema(info, resume)  # before a snapshot seeds it: whose history it is
-            snapped = await self._snapshot(info, endpoint, resume)
+            snapped = await self._snapshot(info, resume)
             if snapped is not resume:
                 resume = snapped
                 await self._attach_schema(info, resume)  # the history at the snapshot's position
@@ -428,13 +428,13 @@ class Daemon:
             "host": endpoint, "flavor": info.flavor, "server_id": info.server_id, "server_uuid": info.server_uuid,
             "version": info.version_text})
 
-    async def _snapshot(self, info: ServerInfo, endpoint: str, resume: ResumeState) -> ResumeState:
+    async def _snapshot(self, info: ServerInfo, resume: ResumeState) -> ResumeState:
         """[snapshot]: the tables first, when one is due (:func:`snapshot.run` decides); where to stream from."""
         if self.cfg.snapshot.mode == "never" and resume.snapshot is None:
             return resume
         from binlogd.daemon.snapshot import initial  # its modules only where snapshots are configured
 
-        return await initial.run(self._snapshot_context(), info, endpoint, resume)
+        return await initial.run(self._snapshot_context(), info, resume)
 
     def _snapshot_context(self):
         """What a snapshot (initial or incremental) uses of the daemon: a
@@ -444,7 +444,7 @@ class Daemon:
         cfg = self.cfg
         return SnapshotContext(
             connect=self._admin_connection, sink=self.sink, committer=self.committer, metrics=self.metrics,
-            log=self.log, schema=self.schema, stopping=self.stopping, config=cfg.snapshot,
+            log=self.log, schema=self.schema, config=cfg.snapshot,
             selected=cfg.filters.table_selected, sink_kind=cfg.sink.kind, binlogd_format=cfg.sink.format == "binlogd",
             start_kind=cfg.source.start_spec.kind, checkpointed=self._checkpointed)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,7 +25,6 @@ class SnapshotContext:
         connect: opens a new admin connection to the session's source (an awaitable of an aiomysql connection).
         sink, committer, metrics, log: the daemon's sink, commit pipeline, metrics and logger.
         schema: the schema history (seeded at the initial snapshot's position), None when there is none.
-        stopping: set once a stop was asked for (the initial snapshot stops after the chunk it commits).
         config: the ``[snapshot]`` section; selected(schema, table): whether ``[filters]`` selects a table.
         sink_kind: ``[sink] kind``, for the log; binlogd_format: ``[sink] format`` is "binlogd" (rows go from
             the wire to JSON lines).
@@ -42,7 +40,6 @@ class SnapshotContext:
     metrics: Metrics
     log: logging.Logger
     schema: DaemonSchema | None
-    stopping: asyncio.Event
     config: SnapshotConfig
     selected: Callable[[str, str], bool]
     sink_kind: str

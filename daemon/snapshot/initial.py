@@ -40,18 +40,17 @@ from binlogd.protocol.position import Position
 _PROGRESS_SECONDS = 30.0                   # a progress line this often while one table is read
 
 
-async def run(ctx: SnapshotContext, info, endpoint: str, resume: ResumeState) -> ResumeState:
+async def run(ctx: SnapshotContext, info, resume: ResumeState) -> ResumeState:
     """Run the initial snapshot when one is due: none is checkpointed yet and ``[snapshot] mode = "initial"``,
     or the checkpoint has an unfinished one (``resume.snapshot``).
 
     Args:
         ctx: what the snapshot uses of the daemon (:class:`SnapshotContext`).
         info: the session's :class:`~binlogd.daemon.replication.connection.ServerInfo`.
-        endpoint: the session's server, ``host:port``.
         resume: where the session would start without a snapshot.
     Returns:
-        Where the session streams from: ``resume`` when no snapshot was due, else the snapshot's position P1
-        (with the snapshot's state while it is unfinished, which only a stop leaves); when no lock is to be had
+        Where the session streams from: ``resume`` when no snapshot was due, else the snapshot's position P1;
+        when no lock is to be had
         (FTWRL refused), the binlog's end with an ``incremental`` state naming the tables to read instead.
     Raises:
         SourceError: the server refused (fatal: no privilege; FTWRL refused while resuming a snapshot begun
@@ -67,7 +66,7 @@ async def run(ctx: SnapshotContext, info, endpoint: str, resume: ResumeState) ->
             return resume
     elif resume.snapshot is None:
         return resume
-    snapshot = Snapshot(ctx, info, endpoint, resume)
+    snapshot = Snapshot(ctx, info, resume)
     ctx.sink.bulk(True)
     try:
         await snapshot.run()
@@ -119,8 +118,8 @@ class Snapshot:
         instead: when FTWRL was refused: (P1, the ``incremental`` state) to stream from instead.
     """
 
-    def __init__(self, ctx: SnapshotContext, info, endpoint: str, resume: ResumeState):
-        self.ctx, self.info, self.endpoint, self.resume = ctx, info, endpoint, resume
+    def __init__(self, ctx: SnapshotContext, info, resume: ResumeState):
+        self.ctx, self.info, self.resume = ctx, info, resume
         self.cfg, self.log = ctx.config, ctx.log
         self.state: dict = dict(resume.snapshot or {})
         self.readers = Readers(ctx, info.flavor, self._main_view)
@@ -146,8 +145,8 @@ class Snapshot:
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> None:
-        """Open the views, begin or resume, read every table left, and mark the snapshot done; a stop asked for
-        leaves it after the last chunk committed.
+        """Open the views, begin or resume, read every table left, and mark the snapshot done (a stop cancels
+        it: the daemon's sessions are cancelled until they stream; the next start goes on after the last commit).
 
         Raises:
             as :func:`run`.
@@ -186,11 +185,7 @@ class Snapshot:
         """Read the tables left, then commit the snapshot done and end the views."""
         tables, state = self.state["tables"], self.state
         while state["done"] < len(tables):
-            if not await self._table(*tables[state["done"]]):
-                self.log.info("snapshot: stopped in table %d of %d %s; it resumes there", state["done"] + 1,
-                              len(tables), self._where())
-                await self.ctx.committer.settle()
-                return
+            await self._table(*tables[state["done"]])
         await self._commit(None)
         await self.ctx.committer.settle()
         p1, runs = state["position"], state.get("run", 0)
@@ -274,20 +269,15 @@ class Snapshot:
         return list(self.estimates)
 
     # ------------------------------------------------------------------ one table
-    async def _table(self, schema: str, table: str) -> bool:
+    async def _table(self, schema: str, table: str) -> None:
         """Read the rest of one table, chunk by chunk (in key ranges at once where :meth:`_split` splits it),
-        each chunk committed; then mark it done.
-
-        Returns:
-            False when a stop was asked for before it was read (its last chunk read is committed), else True.
-        """
+        each chunk committed; then mark it done."""
         state, name = self.state, f"{schema}.{table}"
         info = await describe(self.conn, schema, table)
         if info is None:
             self.log.warning("snapshot: %s is gone (dropped since the snapshot began); its DROP is in the stream",
                              name)
-            await self._table_done(name, 0, 0.0)
-            return True
+            return await self._table_done(name, 0, 0.0)
         if not info.key:
             self._warn_keyless(name)
         chunk = self.cfg.chunk_rows if info.key else None
@@ -301,17 +291,14 @@ class Snapshot:
                 raise SourceError("misconfigured", f"snapshot: {name}'s primary key changed while it was read in "
                                   "key ranges: its snapshot cannot go on (move the checkpoint and the sink away "
                                   "to start over)", fatal=True)
-            read = await self._read_ranges(run)
+            await self._read_ranges(run)
         elif not info.key:
-            read = await self._whole(run)
+            await self._whole(run)
         else:
-            read = await self._range(self.readers.main, run, None)
-        if not read:
-            return False
+            await self._range(self.readers.main, run, None)
         if run.gone:
             self.log.warning("snapshot: %s was dropped while it was read; its DROP is in the stream", name)
         await self._table_done(name, run.rows, time.monotonic() - run.began)
-        return True
 
     def _warn_keyless(self, name: str) -> None:
         """Log that a table without a key is read in one pass (and may be delivered twice when not in P1's view)."""
@@ -349,13 +336,11 @@ class Snapshot:
             return None
         return await key_ranges(self.conn, info, n)
 
-    async def _read_ranges(self, run: TableRun) -> bool:
+    async def _read_ranges(self, run: TableRun) -> None:
         """Read the key ranges (``state["ranges"]``) that are not done, each by the first reader free: the main
         reader and those of earlier tables at once, the others as their connections come (one reader per range
         at most). A reader that cannot connect (``max_user_connections``, say) leaves the ranges to the others.
 
-        Returns:
-            False when a stop was asked for first, else True.
         Raises:
             as :meth:`_range`.
         """
@@ -364,28 +349,23 @@ class Snapshot:
         readers.prepare(len(ranges))
         waiting = readers.spares[:max(0, len(ranges) - len(readers.open))]
 
-        async def read(reader: Reader) -> bool:
+        async def read(reader: Reader) -> None:
             while todo:
-                if not await self._range(reader, run, todo.popleft()):
-                    return False
-            return True
+                await self._range(reader, run, todo.popleft())
 
-        async def connect_then_read(spare) -> bool:
+        async def connect_then_read(spare) -> None:
             reader = await readers.take(spare)
-            return True if reader is None else await read(reader)
+            if reader is not None:
+                await read(reader)
 
-        done = await all_at_once([read(reader) for reader in readers.open[:len(ranges)]]
-                                 + [connect_then_read(spare) for spare in waiting])
-        return all(done)
+        await all_at_once([read(reader) for reader in readers.open[:len(ranges)]]
+                          + [connect_then_read(spare) for spare in waiting])
 
-    async def _range(self, reader: Reader, run: TableRun, index: int | None) -> bool:
+    async def _range(self, reader: Reader, run: TableRun, index: int | None) -> None:
         """Read one key range of the table (``state["ranges"][index]``; None: the whole table after
         ``state["last"]``) on ``reader``, chunk by chunk, each handed to the sink and committed
-        (:meth:`_chunk_done`).
+        (:meth:`_chunk_done`); return when it is read or the table is gone (``run.gone``).
 
-        Returns:
-            False when a stop was asked for first (the last chunk read is committed); True when the range is read
-            or the table is gone (``run.gone``).
         Raises:
             pymysql.err.Error, OSError: a query failed.
         """
@@ -396,15 +376,14 @@ class Snapshot:
         at = self.state["ranges"][index] if index is not None else {"last": self.state["last"], "upto": None}
         ranger = RangeReader(self.readers, reader, info, at["last"], at["upto"], self.cfg.chunk_rows, self.fast)
         try:
-            while not self.ctx.stopping.is_set():
+            more = True
+            while more:
                 chunk = await ranger.next()
                 if chunk is None:
                     run.gone = True
-                    return True
+                    return
                 self._write(ranger, chunk, not chunk.full and self._last_range(index))
-                if not await self._chunk_done(run, index, ranger, chunk):
-                    return True
-            return False
+                more = await self._chunk_done(run, index, ranger, chunk)
         finally:
             await ranger.close()
 
@@ -447,9 +426,9 @@ class Snapshot:
         return state["done"] == len(state["tables"]) - 1 and (
             index is None or all(at["done"] for i, at in enumerate(state["ranges"]) if i != index))
 
-    async def _whole(self, run: TableRun) -> bool:
+    async def _whole(self, run: TableRun) -> None:
         """Read a table without a key in one pass of the main reader's view (:meth:`_keyless`), the view renewed
-        when the table changed definition under it. Returns False when a stop was asked for first.
+        when the table changed definition under it (``run.gone``: it was dropped).
 
         Raises:
             pymysql.err.Error, OSError: a query failed.
@@ -457,17 +436,16 @@ class Snapshot:
         import pymysql
 
         ranger = RangeReader(self.readers, self.readers.main, run.info, None, None, self.cfg.chunk_rows, False)
-        while not self.ctx.stopping.is_set():
+        while True:
             try:
                 await self._keyless(ranger.reader, run, ranger.info)
             except pymysql.err.MySQLError as exc:
                 if await ranger.retry(exc):
                     continue
                 run.gone = True
-                return True
+                return
             self.ctx.metrics.snapshot_chunk(run.name, run.rows, 1, 1)
-            return True
-        return False
+            return
 
     async def _keyless(self, reader: Reader, run: TableRun, info: TableInfo) -> None:
         """Read a table without a key in one pass of ``reader``'s view, on an unbuffered cursor: its rows go to the

@@ -1,5 +1,5 @@
 """A table read in key ranges at once (``[snapshot] readers``), with the daemon SIGKILLed twice while its ranges
-are half read, under a write load; restarted until it streams.
+are half read, then SIGTERMed, under a write load; restarted until it streams.
 
 Each range must go on after its own checkpointed key (a range done stays done), the rows of the ranges must
 arrive interleaved (read at once, each in its own view), and the sink replayed (reads as upserts, then the
@@ -61,6 +61,13 @@ def test_sigkill_twice_while_key_ranges_are_read(mariadb_minimal, tmp_path):
             for was, now in zip(seen[-1], after["ranges"]):   # each range only moved on
                 assert now["upto"] == was["upto"] and (now["done"] or not was["done"])
         assert len(seen[0]) == READERS and seen[0][-1]["upto"] is None
+        d = DaemonProcess(overrides)   # then a SIGTERM while the ranges are read: exit 0 at once, each range kept
+        seen.append(stop_when(d, checkpoint, _in_ranges(beyond), f"key ranges under way beyond {beyond} rows",
+                              stop=lambda d: d.proc.terminate()))
+        assert d.wait(20) == 0, d.stderr
+        logs.append(d.stderr)
+        for was, now in zip(seen[-1], read_checkpoint(checkpoint)["snapshot"]["ranges"]):
+            assert now["upto"] == was["upto"] and (now["done"] or not was["done"])
         d = DaemonProcess(overrides)
         finish(d, server, checkpoint, load, r"snapshot: resuming at table \d+ of 4 in key ranges", r"snapshot: done")
         logs.append(d.stderr)

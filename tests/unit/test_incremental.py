@@ -6,7 +6,6 @@ tests/faults/test_faults_snapshot_incremental.py).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from types import SimpleNamespace
 
@@ -44,7 +43,7 @@ def _incremental(state=None, selected="s"):
         raise AssertionError("the signals are read without a connection")
 
     ctx = SnapshotContext(connect=no_connection, sink=None, committer=None, metrics=Metrics(),
-                          log=logging.getLogger("test.incremental"), schema=None, stopping=asyncio.Event(),
+                          log=logging.getLogger("test.incremental"), schema=None,
                           config=cfg.snapshot, selected=cfg.filters.table_selected, sink_kind="jsonl",
                           binlogd_format=True, start_kind="current", checkpointed=lambda: None)
     return Incremental(ctx, SimpleNamespace(server_id=1), state)
