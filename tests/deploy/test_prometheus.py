@@ -74,7 +74,10 @@ def test_the_alerts_the_operator_needs(rules):
     def uses(name, metric):
         return metric in promql_names(_alert(rules, name)["expr"])[0]
 
-    assert re.fullmatch(r"binlogd_up == 0", _alert(rules, "BinlogdDown")["expr"].strip())
+    assert re.fullmatch(r"binlogd_up == 0 unless on\(instance, job\) binlogd_ha_active == 0",
+                        _alert(rules, "BinlogdDown")["expr"].strip())
+    assert uses("BinlogdNoActiveInstance", "binlogd_ha_active")
+    assert uses("BinlogdTwoActiveInstances", "binlogd_ha_epoch")
     assert uses("BinlogdLagHigh", "binlogd_lag_seconds") and ">" in _alert(rules, "BinlogdLagHigh")["expr"]
     assert uses("BinlogdLagCritical", "binlogd_lag_seconds")
     assert uses("BinlogdStreamSilent", "binlogd_seconds_since_last_event")

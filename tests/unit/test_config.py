@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
+import socket
 import ssl
 import subprocess
 from pathlib import Path
@@ -403,3 +405,36 @@ def test_unknown_nested_env_keys():
         load_config(None, env={"BINLOGD_SOURCE__PORT__X": "1"})
     with pytest.raises(ConfigError, match=r"^config error: source\.tls\.mod: unknown key \(did you mean 'mode'"):
         load_config(None, env={"BINLOGD_SOURCE__TLS__MOD": "x"})
+
+
+# -- [ha] ---------------------------------------------------------------------------------------------------
+
+def test_ha_defaults_and_holder():
+    c = load_config(None, env={})
+    assert (c.ha.mode, c.ha.lease_seconds, c.ha.name) == ("off", 5.0, "")
+    assert c.ha.holder == f"{socket.gethostname()}:{os.getpid()}"
+    c = load_config(None, env={"BINLOGD_HA__NAME": "pod-1"}, overrides={"ha.mode": "lease", "sink.kind": "redis"})
+    assert c.ha.holder == "pod-1" and c.ha.mode == "lease"
+
+
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+def test_ha_lease_with_a_bus_sink(tmp_path, kind):
+    path = write(tmp_path, f'[sink]\nkind = "{kind}"\n[ha]\nmode = "lease"\nlease_seconds = 2\n')
+    c = load_config(path, env={})
+    assert c.ha.mode == "lease" and c.ha.lease_seconds == 2.0
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "stdout", "archive"])
+def test_ha_lease_with_a_file_sink_is_refused(tmp_path, kind):
+    path = write(tmp_path, f'[sink]\nkind = "{kind}"\n[ha]\nmode = "lease"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    assert str(err.value).startswith("config error: ha.mode: 'lease' needs a sink whose broker holds the lease")
+    assert f"sink.kind '{kind}'" in str(err.value) and str(err.value).endswith(f"(from {path})")
+
+
+@pytest.mark.parametrize("key,text", [("ha.mode", "active"), ("ha.lease_seconds", "0.1"), ("ha.lease_seconds", "x")])
+def test_ha_bad_values(key, text):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, env={}, overrides={key: text, "sink.kind": "redis"})
+

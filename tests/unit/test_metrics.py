@@ -261,3 +261,27 @@ def test_every_design_metric_is_scraped():
     missing = sorted(names - scraped)
     assert not missing, missing
     assert not (names - set(NAMES)), "DESIGN.md lists a metric this test does not know"
+
+
+def test_ha_role_metrics_and_standby_readiness():
+    """[ha]: the active reports 1 and its epoch; a standby 0 and epoch 0, and is ready while it reaches the broker
+    holding the lease (503 with the reason when it cannot); taking the lease again counts a takeover."""
+    m = Metrics(clock=Clock())
+    with MetricsServer(m, listen="127.0.0.1:0", ready_max_checkpoint_age=60) as srv:
+        m.ha_standby()
+        assert (value(m, "binlogd_ha_active"), value(m, "binlogd_ha_epoch")) == (0, 0)
+        assert get(srv.port, "/readyz") == (200, "standby: ready to take over\n")
+        m.ha_standby("Connection refused")
+        code, body = get(srv.port, "/readyz")
+        assert code == 503 and "unreachable: Connection refused" in body
+        m.ha_active(42)
+        m.ha_takeover()
+        assert (value(m, "binlogd_ha_active"), value(m, "binlogd_ha_epoch")) == (1, 42)
+        assert value(m, "binlogd_ha_takeovers_total") == 1
+        assert get(srv.port, "/readyz") == (503, "not streaming\n")  # active: readiness as without [ha]
+        m.set_up(True)
+        assert get(srv.port, "/readyz") == (200, "ready\n")
+        m.ha_standby()
+        m.ha_active(43)
+        m.ha_takeover()
+        assert value(m, "binlogd_ha_takeovers_total") == 2 and value(m, "binlogd_ha_epoch") == 43
