@@ -118,6 +118,19 @@ def pg_text(col: ColumnDef, value, json_text: bool = False) -> str | None:
     return _no_nul(str(value))
 
 
+def converter(col: ColumnDef, json_text: bool = False):
+    """A function of one value giving what :func:`pg_text` gives for ``col`` (quicker for the common types).
+
+    Raises (the function): ValueError as pg_text.
+    """
+    t = col.type
+    if t in _INT or t in ("decimal", "year"):
+        return lambda v: None if v is None else str(v)
+    if t in _TEXT and col.charset != "binary":
+        return lambda v: None if v is None else v if "\x00" not in v else _no_nul(v)
+    return lambda v: pg_text(col, v, json_text)
+
+
 def _float(value) -> str:
     v = float(value)
     if math.isnan(v):
@@ -159,4 +172,4 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-__all__ = ["copy_field", "pg_text", "pg_type", "quote_ident"]
+__all__ = ["converter", "copy_field", "pg_text", "pg_type", "quote_ident"]

@@ -15,12 +15,14 @@ statement per row for updates and deletes).
 from __future__ import annotations
 
 from binlogd.daemon.sinks.base import Sink, SinkError
-from binlogd.daemon.sinks.bus import EXIT_CHECKPOINT, EXIT_DATA, EXIT_MISCONFIGURED, BusSink
+from binlogd.daemon.sinks.bus import EXIT_CHECKPOINT, EXIT_DATA, EXIT_MISCONFIGURED, PIECE_BYTES, BusSink
 from binlogd.daemon.sinks.mirrorddl import DdlError, tablemap_def
 from binlogd.daemon.sinks.mirrortables import CHECKPOINT, DataError, ShapeError, Tables, truncated
 from binlogd.library.checkpointfile import Checkpoint
+from binlogd.library.identity import stream_prefix
 from binlogd.library.schema.catalog import Catalog
 from binlogd.library.schema.model import TableDef, agrees
+from binlogd.library.serialize import has_json_diffs
 from binlogd.protocol import events as E
 from binlogd.protocol.events import RowsEvent
 
@@ -116,32 +118,49 @@ class MirrorSink(BusSink):
             self._piece.append((("ddl", query, event.schema, self._file, event.header.pos, changes, cut), b"", 0))
             self._piece_bytes += len(query) + 256
 
-    def change(self, change: dict) -> None:
-        name = (change["schema"], change["table"])
+    def _announce(self, name: tuple[str, str], cid: str) -> None:
+        """Hand on the table's definition before its rows when it was not yet, or changed since."""
         table = self._maps.get(name)
         if table is None:  # a snapshot's rows: no TABLE_MAP before them
             checked = self._lookup(*name) if self._lookup is not None else None
-            table = (None, getattr(checked, "definition", None), True)
-            self._maps[name] = table
+            table = self._maps[name] = (None, getattr(checked, "definition", None), True)
         if self._sent.get(name) is not table[1]:
             if table[1] is None:
                 raise SinkError(f"{self.name}: the columns of {name[0]}.{name[1]} are not known (positional names; "
-                                f"no schema history for it) at change {change['source']['id']}", fatal=True,
-                                exit_code=EXIT_DATA)
+                                f"no schema history for it) at change {cid}", fatal=True, exit_code=EXIT_DATA)
             self._sent[name] = table[1]
             self._piece.append((("table", table[1], table[2]), b"", 0))
-        self._piece.append((("row", name, change["op"], change.get("before"), change.get("after"),
-                             change["source"]["id"]), b"", 1))
+
+    def change(self, change: dict) -> None:
+        name, cid = (change["schema"], change["table"]), change["source"]["id"]
+        if change.get("json_diffs"):
+            raise SinkError(f"{self.name}: partial JSON updates cannot be mirrored (change {cid} of {name[0]}."
+                            f"{name[1]}); set binlog_row_value_options = '' on the source", fatal=True,
+                            exit_code=EXIT_DATA)
+        self._announce(name, cid)
+        self._piece.append((("row", name, change["op"], change.get("before"), change.get("after"), cid), b"", 1))
         self._piece_bytes += 96 + 48 * len(change.get("after") or change.get("before") or ())
-        if self._piece_bytes >= (1 << 20):
+        if self._piece_bytes >= PIECE_BYTES:
             self._hand_piece()
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
+        if event.kind == "update" and has_json_diffs(event):
+            return Sink.rows(self, event, file, gtid, inner)  # change() refuses it with its id
+        name, kind, rows = (event.schema, event.table), event.kind, event.rows
+        prefix = stream_prefix(file, event.header.pos, inner)
+        self._announce(name, f"{prefix}:0")
+        add = self._piece.append
+        for i, row in enumerate(rows):
+            before, after = row if kind == "update" else (None, row) if kind == "insert" else (row, None)
+            add((("row", name, kind, before, after, f"{prefix}:{i}"), b"", 1))
+        self._piece_bytes += (96 + 48 * len(event.columns)) * len(rows)
+        if self._piece_bytes >= PIECE_BYTES:
+            self._hand_piece()
+        return len(rows)
 
     def change_lines(self, lines, **kw) -> bool:
         """Snapshot rows as JSON lines: never taken (the snapshot then gives change dicts)."""
         return False
-
-    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
-        return Sink.rows(self, event, file, gtid, inner)
 
     # ------------------------------------------------------------------ worker side
     async def _connect(self) -> None:

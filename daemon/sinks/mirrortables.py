@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from binlogd.daemon.sinks.mirrorddl import DdlError, added_default, create_sql, literal, pg_columns, same_shape
-from binlogd.library.pgtypes import copy_field, pg_text, pg_type, quote_ident
+from binlogd.library.pgtypes import converter, copy_field, pg_text, pg_type, quote_ident
 from binlogd.library.schema import changes as D
 from binlogd.library.schema.catalog import DROPPED, Catalog
 from binlogd.library.schema.model import TableDef
@@ -21,6 +21,7 @@ CREATE_META = (f"CREATE TABLE IF NOT EXISTS {META} (mysql_schema text, mysql_tab
                "checkpoint jsonb NOT NULL)")
 _TRUNCATE = re.compile(r"\s*TRUNCATE\s+(?:TABLE\s+)?((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)"
                        r"\s*;?\s*$", re.I | re.S)
+SET_ROWS = 64  # a run of at least this many updates or deletes by distinct, unchanged keys is applied set-wise
 _INPLACE = (D.AddColumn, D.DropColumn, D.RenameColumn, D.ChangeColumn, D.RenameTo, D.Charset)
 
 
@@ -57,6 +58,7 @@ class Tables:
         self.defs: dict[tuple[str, str], TableDef] = {}
         self.json_text = False
         self._cols: dict[tuple[str, str], dict] = {}
+        self._conv: dict[tuple, dict] = {}
         self._sql: dict[tuple, str] = {}
 
     def qualified(self, name: tuple[str, str]) -> str:
@@ -70,12 +72,14 @@ class Tables:
         await cur.execute(f"SELECT mysql_schema, mysql_table, definition FROM {META}")
         self.defs = {(s, t): TableDef.from_json(s, t, d) for s, t, d in await cur.fetchall()}
         self._cols.clear()
+        self._conv.clear()
         self._sql.clear()
 
     async def _save(self, cur, name, table: TableDef | None) -> None:
         import json
 
         self._cols.pop(name, None)
+        self._conv.clear()
         self._sql.clear()
         await cur.execute(f"DELETE FROM {META} WHERE mysql_schema = %s AND mysql_table = %s", name)
         if table is None:
@@ -249,36 +253,65 @@ class Tables:
         columns). Raises: DataError (a value PostgreSQL cannot hold, or a row the mirror lacks)."""
         if name not in self.defs:
             raise DataError(f"{name[0]}.{name[1]} is not mirrored (no TABLE_MAP before its rows)")
-        cols, q = self.columns(name), self.qualified(name)
+        q = self.qualified(name)
         if op in ("insert", "read"):
             names = list(rows[0][1])
-            lines = []
-            for _b, after, cid in rows:
-                lines.append("\t".join(copy_field(self._text(cols, name, k, v, cid, self.json_text))
-                                       for k, v in after.items()))
+            lines = ["\t".join(map(copy_field, v)) for v in self._values(name, rows, [(1, k) for k in names])]
             sql = f"COPY {q} ({', '.join(quote_ident(k) for k in names)}) FROM STDIN"
             async with conn.cursor() as cur:
                 async with cur.copy(sql) as copy:
                     await copy.write(("\n".join(lines) + "\n").encode())
             return
         table = self.defs[name]
-        before0, after0 = rows[0][0], rows[0][1] or {}
+        before0 = rows[0][0]
         keys = [k for k in table.primary_key if k in before0] if table.primary_key else []
         if table.primary_key and len(keys) != len(table.primary_key):
             raise DataError(f"{name[0]}.{name[1]}: the before image lacks primary-key columns")
+        if not keys:
+            await self._each_apply(conn, name, q, op, keys, rows)
+            return
+        start = 0
+        while start < len(rows):
+            stop = _set_run(rows, start, keys, op)
+            if stop - start >= SET_ROWS:
+                await self._set_apply(conn, name, q, op, keys, rows[start:stop])
+            else:  # a short run, or the row that ended one (a repeated or changed key): row by row
+                stop = max(stop, start + 1)
+                await self._each_apply(conn, name, q, op, keys, rows[start:stop])
+            start = stop
+
+    async def _each_apply(self, conn, name, q: str, op: str, keys: list, rows: list) -> None:
+        """One statement per row (pipelined): by key, or for a keyless table the ctid of one equal row."""
+        before0, after0 = rows[0][0], rows[0][1] or {}
         where_cols = keys or list(before0)
         sql = self._row_sql(name, q, op, tuple(after0), tuple(where_cols), bool(keys))
-        params = []
-        for before, after, cid in rows:
-            j = self.json_text
-            p = [self._text(cols, name, k, v, cid, j) for k, v in (after or {}).items()] if op == "update" else []
-            p += [self._text(cols, name, k, before[k], cid, j) for k in where_cols]
-            params.append(p)
+        spec = ([(1, k) for k in after0] if op == "update" else []) + [(0, k) for k in where_cols]
+        params = self._values(name, rows, spec)
         async with conn.cursor() as cur:
             await cur.executemany(sql, params)
-            if cur.rowcount != len(rows):
-                raise DataError(f"{name[0]}.{name[1]}: {op} of {len(rows)} rows found {cur.rowcount} in the mirror "
-                                f"(from change {rows[0][2]}): the mirror and the source differ")
+            _check_count(name, op, rows, cur.rowcount)
+
+    async def _set_apply(self, conn, name, q: str, op: str, keys: list, rows: list) -> None:
+        """Rows with distinct keys, none changed: COPY into a temporary table, then one UPDATE ... FROM or
+        DELETE ... USING joined on the key."""
+        sets = [k for k in (rows[0][1] or {}) if k not in keys] if op == "update" else []
+        names = keys + sets
+        listed = ", ".join(quote_ident(k) for k in names)
+        async with conn.cursor() as cur:
+            await cur.execute(f"CREATE TEMP TABLE binlogd_batch ON COMMIT DROP AS SELECT {listed} FROM {q} "
+                              "WITH NO DATA")
+            spec = [(0, k) for k in keys] + [(1, k) for k in sets]
+            lines = ["\t".join(map(copy_field, v)) for v in self._values(name, rows, spec)]
+            async with cur.copy(f"COPY binlogd_batch ({listed}) FROM STDIN") as copy:
+                await copy.write(("\n".join(lines) + "\n").encode())
+            on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in keys)
+            if op == "update":
+                assign = ", ".join(f"{quote_ident(k)} = s.{quote_ident(k)}" for k in sets)
+                await cur.execute(f"UPDATE {q} AS t SET {assign} FROM binlogd_batch s WHERE {on}")
+            else:
+                await cur.execute(f"DELETE FROM {q} AS t USING binlogd_batch s WHERE {on}")
+            _check_count(name, op, rows, cur.rowcount)
+            await cur.execute("DROP TABLE binlogd_batch")
 
     def _row_sql(self, name, q: str, op: str, sets: tuple, where: tuple, keyed: bool) -> str:
         key = (name, op, sets, where, keyed)
@@ -297,6 +330,22 @@ class Tables:
             self._sql[key] = sql
         return sql
 
+    def _values(self, name, rows: list, spec: list) -> list[list]:
+        """The PostgreSQL text of each row's values that ``spec`` names: (0 before / 1 after, column) pairs.
+        Raises: DataError naming the column and change."""
+        key = (name, self.json_text)
+        conv = self._conv.get(key)
+        if conv is None:
+            conv = self._conv[key] = {c.name: converter(c, self.json_text) for c in self.defs[name].columns}
+        try:
+            fs = [(side, k, conv[k]) for side, k in spec]
+            return [[f(r[side][k]) for side, k, f in fs] for r in rows]
+        except (KeyError, ValueError, TypeError, AttributeError):
+            for r in rows:  # the precise error
+                for side, k in spec:
+                    self._text(self.columns(name), name, k, (r[side] or {}).get(k), r[2], self.json_text)
+            raise
+
     @staticmethod
     def _text(cols: dict, name, column: str, value, cid: str, json_text: bool) -> str | None:
         col = cols.get(column)
@@ -306,6 +355,26 @@ class Tables:
             return pg_text(col, value, json_text)
         except (ValueError, TypeError) as exc:
             raise DataError(f"{name[0]}.{name[1]} column {column!r}, change {cid}: {exc}") from None
+
+
+def _set_run(rows: list, start: int, keys: list, op: str) -> int:
+    """The end of the run of ``rows`` from ``start`` whose keys are distinct and unchanged (and, for an update,
+    that set at least one column besides the key)."""
+    seen = set()
+    for i in range(start, len(rows)):
+        before, after, _cid = rows[i]
+        key = tuple(before[k] for k in keys)
+        if key in seen or op == "update" and (any(k in after and after[k] != before[k] for k in keys)
+                                              or len(after) <= len(keys)):
+            return i
+        seen.add(key)
+    return len(rows)
+
+
+def _check_count(name, op: str, rows: list, count: int) -> None:
+    if count != len(rows):
+        raise DataError(f"{name[0]}.{name[1]}: {op} of {len(rows)} rows found {count} in the mirror (from change "
+                        f"{rows[0][2]}): the mirror and the source differ")
 
 
 def _default(query: str, col):

@@ -164,6 +164,11 @@ def test_types_ddl_kills_and_invariant(mariadb_minimal, minimal_db, tmp_path):
                     srv.sql(f"CREATE TABLE `{db}`.gone (a INT PRIMARY KEY)")
                     srv.sql(f"INSERT INTO `{db}`.gone VALUES (1)")
                     srv.sql(f"DROP TABLE `{db}`.gone")
+                    srv.sql(f"CREATE TABLE `{db}`.bulk (id INT PRIMARY KEY, v INT, s VARCHAR(20))")
+                    srv.sql(f"INSERT INTO `{db}`.bulk SELECT seq, seq, CONCAT('s', seq) FROM `{db}`.seq_1_to_600")
+                    srv.sql(f"UPDATE `{db}`.bulk SET v = v * 2, s = NULL WHERE id <= 400")  # set-wise
+                    srv.sql(f"UPDATE `{db}`.bulk SET id = id + 1000 WHERE id <= 100")  # keys change: row by row
+                    srv.sql(f"DELETE FROM `{db}`.bulk WHERE id BETWEEN 450 AND 599")
                     srv.sql(f"TRUNCATE `{db}`.`we\"ird; select`")
                     srv.sql(f"INSERT INTO `{db}`.`we\"ird; select` VALUES (5, 'five')")
             conn.close()
@@ -176,7 +181,7 @@ def test_types_ddl_kills_and_invariant(mariadb_minimal, minimal_db, tmp_path):
                 d.kill()
         assert not broken, f"a reader saw part of a transfer: {broken[:3]}"
         assert "Traceback" not in d.stderr
-        for table, key in (("types", ("id",)), ("accounts", ("id",)), ("t3", ("a",))):
+        for table, key in (("types", ("id",)), ("accounts", ("id",)), ("t3", ("a",)), ("bulk", ("id",))):
             assert_equal(srv, pg, db, table, key)
         import psycopg
 
@@ -189,7 +194,8 @@ def test_types_ddl_kills_and_invariant(mariadb_minimal, minimal_db, tmp_path):
             assert names[:3] == ["z0", "id", "n1"] and "tx2" in names and "c" not in names
             keys = conn.execute("SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint "
                                 "WHERE contype = 'p' AND connamespace = %s::regnamespace ORDER BY 1", (db,)).fetchall()
-            assert keys == [(f"{db}.accounts", "PRIMARY KEY (id)"), (f"{db}.t3", "PRIMARY KEY (b, a)"),
+            assert keys == [(f"{db}.accounts", "PRIMARY KEY (id)"), (f"{db}.bulk", "PRIMARY KEY (id)"),
+                            (f"{db}.t3", "PRIMARY KEY (b, a)"),
                             (f"{db}.types", "PRIMARY KEY (id)")], keys
 
 
