@@ -254,7 +254,7 @@ class Daemon:
         epoch, at the broker's committed position) until stopped or another instance took the lease; then step
         down and stand by again. Returns the exit code."""
         try:
-            while await standby.wait_for_lease(self.lease, self.stopping, self.log, self.metrics):
+            while await standby.wait_for_lease(self.lease, self.stopping, self.log, self.metrics, self._polled):
                 self._lost.clear()
                 self.sink.epoch = self.lease.epoch
                 keeper = asyncio.create_task(standby.keep_lease(self.lease, self.log, self._lose))
@@ -269,6 +269,10 @@ class Daemon:
             self.log.error("%s", exc)
             return exc.exit_code or EXIT_AUTH
         return EXIT_OK
+
+    def _polled(self) -> None:
+        """A standby's poll of the lease: progress, for systemd's watchdog."""
+        self._progress = time.monotonic()
 
     def _lose(self) -> None:
         """Another instance took the lease: end the session now (nothing it writes can commit any more)."""

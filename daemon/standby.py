@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from binlogd.daemon.operations import systemd
 from binlogd.daemon.operations.metrics import Metrics
 from binlogd.daemon.sinks.lease import Lease
 
@@ -21,10 +22,12 @@ def _timeout(lease: Lease) -> float:
     return max(1.0, lease.seconds / 2)
 
 
-async def wait_for_lease(lease: Lease, stopping: asyncio.Event, log: logging.Logger, metrics: Metrics) -> bool:
+async def wait_for_lease(lease: Lease, stopping: asyncio.Event, log: logging.Logger, metrics: Metrics,
+                         polled: Callable[[], None] = lambda: None) -> bool:
     """Stand by until the lease is taken (True: ``lease.epoch`` is set, the metrics and the log say so) or
-    ``stopping`` is set (False). Polls the broker a few times per ``lease.seconds``; an unreachable broker is
-    logged once per outage and retried.
+    ``stopping`` is set (False). Polls the broker a few times per ``lease.seconds`` (calling ``polled`` after each
+    poll: the daemon's progress for systemd's watchdog); an unreachable broker is logged once per outage and
+    retried. systemd hears READY=1 with the standby's status (a standby has started, and is doing its job).
 
     Raises:
         SinkError: (fatal, exit 3) the broker refused the credentials.
@@ -47,9 +50,11 @@ async def wait_for_lease(lease: Lease, stopping: asyncio.Event, log: logging.Log
             unreachable = str(exc) or type(exc).__name__
             state = f"unreachable ({unreachable})"
         metrics.ha_standby(unreachable)
+        polled()
         if state != said:
             log.log(logging.WARNING if unreachable else logging.INFO, "ha: %s stands by: %s is %s", lease.holder,
                     lease.where, state)
+            systemd.notify(f"READY=1\nSTATUS=standby: {lease.where} is {state}")
             said = state
         try:
             await asyncio.wait_for(stopping.wait(), poll)
