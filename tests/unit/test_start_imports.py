@@ -1,4 +1,4 @@
-"""Start-up imports (issue 16): ``binlogd info`` and the daemon import what they need when they need it.
+"""Start-up imports: ``binlogd info`` and the daemon import what they need when they need it.
 
 ``python -m bench.info --start-only`` and ``python -m bench.cdc`` time them; these tests keep what made
 them fast from coming back: info's own argument parsing gives what argparse gives, a fresh ``binlogd
@@ -110,7 +110,7 @@ print([e.table for e in entries], sqlglot())
 
 
 def test_the_bench_workloads_ddl_is_followed_without_sqlglot():
-    """``binlogd run`` and ``binlogd sql`` on the benchmark's backlog (issues 16/18): its CREATE DATABASE and
+    """``binlogd run`` and ``binlogd sql`` on the benchmark's backlog: its CREATE DATABASE and
     CREATE TABLE take the fast path, and give the definitions sqlglot's parser gives."""
     from bench.decode import CREATE_TABLE, SCHEMA
 
