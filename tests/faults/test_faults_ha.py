@@ -5,6 +5,10 @@ real broker): two ``binlogd run`` processes share one broker, one active, one st
   read back independently, replay to the tables' final contents with no transaction twice or missing.
 - SIGSTOP of the active past its lease: the standby takes over; after SIGCONT the old active is fenced (its
   commits fail in the broker's own atomic step), steps down to standby and delivers nothing; exactly once again.
+- three instances, the active killed twice: each time one standby takes over, exactly once at the end;
+- the broker SIGKILLed and restarted while the lease is held: one active at the end, exactly once.
+
+Redis runs the last two by default; NATS and PostgreSQL with ``--runslow``.
 """
 
 from __future__ import annotations
@@ -69,10 +73,11 @@ def start_pair(srv, tmp_path, kind, broker) -> tuple[DaemonProcess, DaemonProces
     return a, b
 
 
-def finish(srv, kind, broker, writer, tmp_path, active: DaemonProcess, total: int) -> None:
+def finish(srv, kind, broker, writer, tmp_path, active: DaemonProcess, total: int, name: str = "b") -> None:
+    """The load written, the active ``name`` caught up and stopped (exit 0), the broker read back: exactly once."""
     writer.wait_count(total, timeout=120)
     writer.stop()
-    wait_caught_up(srv, tmp_path / "b" / "checkpoint.json", timeout=60, daemon=active, fail_on=None)
+    wait_caught_up(srv, tmp_path / name / "checkpoint.json", timeout=60, daemon=active, fail_on=None)
     rc = active.terminate()
     assert rc == 0, f"exit {rc}:\n{active.stderr}"
     read_back_once(srv, kind, broker, writer, tmp_path, total)
@@ -138,3 +143,73 @@ def test_ha_sigstop_active_is_fenced(tmp_path, kind):
             for d in (a, b):
                 if d.running:
                     d.kill()
+
+
+REDIS_FIRST = ["redis", pytest.param("nats", marks=pytest.mark.slow), pytest.param("postgres", marks=pytest.mark.slow)]
+
+
+def _active(daemons: dict) -> list[str]:
+    """The names of the running instances whose binlogd_ha_active is 1."""
+    return [name for name, d in daemons.items() if d.running and scrape_metric(metrics_port(d), "binlogd_ha_active")]
+
+
+@pytest.mark.parametrize("kind", REDIS_FIRST)
+def test_ha_three_instances_killed_one_after_another(tmp_path, kind):
+    require(kind)
+    total = 600
+    with KINDS[kind]() as broker, local_server() as srv:
+        create_tables(srv)
+        writer = Writer(srv, total=total, rate=150, big_every=25, seed=9)
+        daemons = {"a": ha_daemon(srv, tmp_path / "a", kind, broker, "a")}
+        try:
+            daemons["a"].wait_streaming(timeout=60)
+            for name in "bc":
+                daemons[name] = ha_daemon(srv, tmp_path / name, kind, broker, name)
+                daemons[name].wait_for_line(STANDS_BY, timeout=60)
+            writer.start()
+            for mark in (total // 3, 2 * total // 3):
+                writer.wait_count(mark, timeout=120)
+                (gone,) = _active(daemons)
+                daemons[gone].kill()
+                deadline = time.monotonic() + LEASE + 10
+                while not (now := _active(daemons)) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert len(now) == 1 and now[0] != gone, (gone, now)
+                daemons[now[0]].wait_streaming(timeout=30)
+            (last,) = _active(daemons)
+            finish(srv, kind, broker, writer, tmp_path, daemons[last], total, name=last)
+        finally:
+            writer.halt()
+            for d in daemons.values():
+                if d.running:
+                    d.kill()
+
+
+@pytest.mark.parametrize("kind", REDIS_FIRST)
+def test_ha_broker_restart_while_the_lease_is_held(tmp_path, kind):
+    require(kind)
+    total = 600
+    with KINDS[kind]() as broker, local_server() as srv:
+        create_tables(srv)
+        writer = Writer(srv, total=total, rate=150, big_every=25, seed=13)
+        a, b = start_pair(srv, tmp_path, kind, broker)
+        daemons = {"a": a, "b": b}
+        try:
+            writer.start()
+            writer.wait_count(total // 3, timeout=120)
+            broker.kill()
+            time.sleep(1.0)
+            broker.start()
+            writer.wait_count(2 * total // 3, timeout=120)
+            deadline = time.monotonic() + 30
+            while len(now := _active(daemons)) != 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert len(now) == 1, now
+            assert a.running and b.running, a.stderr + b.stderr  # the other one stands by
+            finish(srv, kind, broker, writer, tmp_path, daemons[now[0]], total, name=now[0])
+        finally:
+            writer.halt()
+            for d in daemons.values():
+                if d.running:
+                    d.kill()
+
