@@ -223,22 +223,22 @@ def test_ok_payload_runs_stop_before_split_and_oversized_packets(loop, monkeypat
         small.next_payload()
 
 
-def test_spare_check_never_reallocates():
-    """_unshared() tells whether a view of a buffer is alive without growing it: growing first would
-    reallocate once per buffer (``bytearray(n)`` has no spare room), which may copy it to fresh pages."""
+def test_spare_buffers_are_checked_and_reused_without_reallocating():
+    """Whether a view of a retired buffer is alive is told without growing it: growing first would reallocate
+    once per buffer (``bytearray(n)`` has no spare room), which may copy it to fresh pages."""
     import sys
 
-    from binlogd.protocol.packet import _unshared
-
-    buf = bytearray(1 << 20)
-    buf[-1] = 7
-    allocated = sys.getsizeof(buf)  # includes the allocation, not only the length
-    view = memoryview(buf)[10:20]
-    assert not _unshared(buf)
-    assert len(buf) == 1 << 20 and buf[-1] == 7 and sys.getsizeof(buf) == allocated
-    view.release()
-    assert _unshared(buf)
-    assert len(buf) == 1 << 20 and sys.getsizeof(buf) == allocated
+    size = 1 << 17
+    r = BufferedPacketReader(buffer_size=size)
+    (a,) = receive(r, header(70_000, 0) + b"A" * 70_000, [size])
+    first = a.obj
+    allocated = sys.getsizeof(first)  # includes the allocation, not only the length
+    for seq in (1, 2):  # each move checks the first buffer while a's view is alive: not reused
+        assert buffer_of(r, seq, size) is not first
+    assert bytes(a) == b"A" * 70_000 and len(first) == size and sys.getsizeof(first) == allocated
+    del a
+    assert buffer_of(r, 3, size) is first  # free now: reused
+    assert len(first) == size and sys.getsizeof(first) == allocated
 
 
 @pytest.mark.parametrize("size", [1 << 17, 1 << 22])
