@@ -605,7 +605,7 @@ def test_protocol_modules_import_no_json_module(path: Path):
 
 
 def _protocol_c_files() -> list[Path]:
-    return sorted([*PACKAGE.glob("*.c"), *PACKAGE.glob("*.h")])
+    return sorted([*PACKAGE.rglob("*.c"), *PACKAGE.rglob("*.h")])
 
 
 def test_protocol_has_c_files():
