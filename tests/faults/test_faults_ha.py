@@ -6,7 +6,9 @@ real broker): two ``binlogd run`` processes share one broker, one active, one st
 - SIGSTOP of the active past its lease: the standby takes over; after SIGCONT the old active is fenced (its
   commits fail in the broker's own atomic step), steps down to standby and delivers nothing; exactly once again.
 - three instances, the active killed twice: each time one standby takes over, exactly once at the end;
-- the broker SIGKILLed and restarted while the lease is held: one active at the end, exactly once.
+- the broker SIGKILLed and restarted while the lease is held: one active at the end, exactly once;
+- the active cut off from the broker (a TCP proxy stalls its connections both ways and refuses new ones) past its
+  lease, then healed: the standby took over, the old active's held-back commit is refused, it steps down.
 
 Redis runs the last two by default; NATS and PostgreSQL with ``--runslow``.
 """
@@ -211,5 +213,43 @@ def test_ha_broker_restart_while_the_lease_is_held(tmp_path, kind):
             writer.halt()
             for d in daemons.values():
                 if d.running:
+                    d.kill()
+
+
+@pytest.mark.parametrize("kind", REDIS_FIRST)
+def test_ha_active_cut_off_from_the_broker_then_healed(tmp_path, kind):
+    from tests.support.proxy import FaultProxy
+
+    require(kind)
+    total = 600
+    with KINDS[kind]() as broker, local_server() as srv, FaultProxy("127.0.0.1", broker.port) as proxy:
+        create_tables(srv)
+        writer = Writer(srv, total=total, rate=150, big_every=25, seed=17)
+        url = broker.url.replace(f":{broker.port}", f":{proxy.port}")
+        a = DaemonProcess({**base_overrides(srv, tmp_path / "a", **{
+            "source.start": "current", "filters.include_schemas": SCHEMA, "sink.kind": kind, f"sink.{kind}.url": url,
+            "ha.mode": "lease", "ha.lease_seconds": str(LEASE), "ha.name": "a"})})
+        b = None
+        try:
+            a.wait_for_line(ACTIVE, timeout=60)
+            a.wait_streaming(timeout=60)
+            b = ha_daemon(srv, tmp_path / "b", kind, broker, "b")
+            b.wait_for_line(STANDS_BY, timeout=60)
+            writer.start()
+            writer.wait_count(total // 4, timeout=120)
+            proxy.refuse = True
+            proxy.stall(LEASE + 4)  # both directions, past the lease
+            b.wait_for_line(ACTIVE, timeout=30)
+            b.wait_streaming(timeout=30)
+            writer.wait_count(total // 2, timeout=120)
+            proxy.refuse = False
+            a.wait_for_line(r"ha: a lost the lease \(epoch \d+\) to another instance: stepping down", timeout=60)
+            a.wait_for_line(STANDS_BY, timeout=30)
+            assert a.count("streaming from ") == 1, a.stderr
+            finish(srv, kind, broker, writer, tmp_path, b, total)
+        finally:
+            writer.halt()
+            for d in (a, b):
+                if d is not None and d.running:
                     d.kill()
 
