@@ -200,8 +200,7 @@ class MirrorSink(BusSink):
                     continue
                 await self._apply_batch()
                 if op[0] == "table":
-                    async with self._conn.cursor() as cur:
-                        await self.tables.ensure(cur, op[1], op[2])
+                    await self._ensure(op[1], op[2])
                 else:
                     await self._ddl(*op[1:])
             except ShapeError as exc:
@@ -209,6 +208,15 @@ class MirrorSink(BusSink):
             except DdlError as exc:
                 raise SinkError(f"{self.name}: cannot apply the DDL at {op[3]}:{op[4]} ({exc}): "
                                 f"{' '.join(op[1].split())[:300]}", fatal=True, exit_code=EXIT_DDL) from None
+
+    async def _ensure(self, table, keys_known: bool) -> None:
+        """The table mirrored (created or checked). Raises: ShapeError (also for a name or type PostgreSQL cannot
+        hold)."""
+        try:
+            async with self._conn.cursor() as cur:
+                await self.tables.ensure(cur, table, keys_known)
+        except (ValueError, DdlError) as exc:
+            raise ShapeError(f"cannot mirror {table.schema}.{table.table}: {exc}") from None
 
     async def _ddl(self, query: str, db: str, file: str, pos: int, changes: list, cut) -> None:
         import psycopg
@@ -221,6 +229,8 @@ class MirrorSink(BusSink):
                     await self.tables.ddl(cur, change, query)
             except psycopg.OperationalError:
                 raise  # the connection: retried
+            except ValueError as exc:  # a name PostgreSQL cannot hold
+                raise DdlError(str(exc)) from None
             except psycopg.Error as exc:
                 raise DdlError(f"PostgreSQL refused it: {str(exc).strip().splitlines()[0]}") from None
 

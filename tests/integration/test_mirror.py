@@ -111,12 +111,18 @@ def test_types_ddl_kills_and_invariant(mariadb_minimal, minimal_db, tmp_path):
                '', '{{"k": [1, 2.50, "s", null, true]}}', NULL, NULL, NULL, NULL)""")
             srv.sql(f"CREATE TABLE `{db}`.accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)")
             srv.sql(f"INSERT INTO `{db}`.accounts VALUES " + ",".join(f"({i}, 1000)" for i in range(20)))
-            srv.sql(f"CREATE TABLE `{db}`.`we\"ird; select` (v INT, w VARCHAR(10))")  # keyless, hostile name
+            srv.sql(f"CREATE TABLE `{db}`.`we\"ird; select` (v INT, `wü ``x`` \"y\"` VARCHAR(10))")  # keyless
             srv.sql(f"INSERT INTO `{db}`.`we\"ird; select` VALUES (1, 'a'), (1, 'a'), (2, NULL)")
             srv.sql(f"DELETE FROM `{db}`.`we\"ird; select` WHERE v = 1 LIMIT 1")
-            srv.sql(f"UPDATE `{db}`.`we\"ird; select` SET w = 'b' WHERE v = 2")
+            srv.sql(f"UPDATE `{db}`.`we\"ird; select` SET `wü ``x`` \"y\"` = 'b' WHERE v = 2")
             wait_caught_up(srv, cp, timeout=60, daemon=d)
             assert_equal(srv, pg, db, "types")
+            import psycopg
+
+            with psycopg.connect(pg.url) as pconn:  # the keyless table: one of two equal rows deleted, one updated
+                got = pconn.execute(f'SELECT v, "wü `x` ""y""" FROM "{db}"."we""ird; select"').fetchall()
+            assert sorted(got, key=str) == sorted(srv.sql(f"SELECT * FROM `{db}`.`we\"ird; select`"), key=str)
+            assert sorted(got, key=str) == [(1, "a"), (2, "b")]
 
             stop, broken = threading.Event(), []
 
@@ -256,3 +262,21 @@ def test_nul_in_text_and_unappliable_ddl(mariadb, fresh_db, tmp_path):
 
             with psycopg.connect(pg.url) as conn:  # what came before stays, nothing of the refused change
                 assert conn.execute(check).fetchall() == want
+
+
+def test_name_over_63_bytes(mariadb, fresh_db, tmp_path):
+    require("postgres")
+    db, srv, name = fresh_db, mariadb, "é" * 32  # 32 characters, 64 bytes
+    with PostgresServer() as pg:
+        d = DaemonProcess(overrides(pg, srv, tmp_path, db))
+        try:
+            d.wait_streaming(timeout=60)
+            srv.sql(f"CREATE TABLE `{db}`.`{name}` (id INT PRIMARY KEY)")
+            srv.sql(f"INSERT INTO `{db}`.`{name}` VALUES (1)")
+            rc = d.wait(60)
+        finally:
+            if d.running:
+                d.kill()
+    assert rc == 6, d.stderr
+    errors = [line for line in d.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"cannot mirror {db}.{name}" in errors[0] and "over PostgreSQL's 63" in errors[0]
