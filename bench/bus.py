@@ -85,7 +85,9 @@ def count(kind: str, broker) -> int:
     async def go():
         nc = await nats.connect(broker.url)
         try:
-            return (await nc.jetstream().stream_info("BINLOGD")).state.messages
+            subject = f"binlogd.{SCHEMA}.{TABLE}"  # the checkpoint messages left out
+            info = await nc.jetstream().stream_info("BINLOGD", subjects_filter=subject)
+            return (info.state.subjects or {}).get(subject, 0)
         finally:
             await nc.close()
 
