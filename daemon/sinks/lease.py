@@ -14,6 +14,8 @@ Each lease has a connection of its own, on the daemon's event loop (the sink's w
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import time
 
@@ -229,6 +231,8 @@ class NatsLease(Lease):
         self._nc = self._kv = None
         self._rev = 0                   # the revision this instance wrote last (held)
         self._seen = (0, 0.0)           # (revision, monotonic time it was first seen) while standing by
+        self._value = b""               # what this instance writes: the holder and a token of this take
+        self._lock = asyncio.Lock()     # one renewal at a time (each expects the revision the last one wrote)
 
     async def _bucket(self):
         if self._kv is None or self._nc.is_closed:
@@ -260,31 +264,42 @@ class NatsLease(Lease):
             entry = await kv.get(self.KEY)
         except KeyNotFoundError:  # never taken, or released
             entry = None
+        value = f"{self.holder}\n{os.urandom(8).hex()}".encode()
         try:
             if entry is None:
-                rev = await kv.create(self.KEY, self.holder.encode())
+                rev = await kv.create(self.KEY, value)
             else:
                 now = time.monotonic()
                 if entry.revision != self._seen[0]:
                     self._seen = (entry.revision, now)
                 if now - self._seen[1] < self.seconds:
-                    self.other = (entry.value or b"").decode(errors="replace")
+                    self.other = (entry.value or b"").decode(errors="replace").partition("\n")[0]
                     return False
-                rev = await kv.update(self.KEY, self.holder.encode(), last=entry.revision)
+                rev = await kv.update(self.KEY, value, last=entry.revision)
         except KeyWrongLastSequenceError:  # another standby was quicker
             return False
         self.epoch = self._rev = int(rev)
+        self._value = value
         return True
 
     async def renew(self) -> bool:
-        from nats.js.errors import KeyWrongLastSequenceError
+        """As :meth:`Lease.renew`; an update refused because our own earlier one landed unanswered (a timeout) is
+        recognised by the take's token in the value."""
+        from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-        kv = await self._bucket()
-        try:
-            self._rev = int(await kv.update(self.KEY, self.holder.encode(), last=self._rev))
-        except KeyWrongLastSequenceError:
-            return False
-        return True
+        async with self._lock:
+            kv = await self._bucket()
+            try:
+                self._rev = int(await kv.update(self.KEY, self._value, last=self._rev))
+            except KeyWrongLastSequenceError:
+                try:
+                    entry = await kv.get(self.KEY)
+                except KeyNotFoundError:
+                    return False
+                if entry.value != self._value:
+                    return False
+                self._rev = entry.revision
+            return True
 
     async def release(self) -> None:
         epoch, self.epoch = self.epoch, None

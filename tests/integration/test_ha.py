@@ -1,6 +1,6 @@
 """The ``[ha]`` lease and its fencing, on real brokers (Redis, NATS JetStream, PostgreSQL), sink by sink:
 
-- one instance takes the lease; another cannot while it is renewed, and can once it was not renewed for
+- one instance takes the lease (renewals at the same moment all succeed); another cannot while it is renewed, and can once it was not renewed for
   ``lease_seconds``, with a larger epoch; the first one's renewal then says it lost it; a released lease is taken
   at once;
 - fencing: an instance whose lease was taken over can never commit again. Redis and PostgreSQL: a commit whose
@@ -67,6 +67,7 @@ def test_lease_taken_only_once_expired_with_a_larger_epoch(kind):
             try:
                 assert await a.take()
                 first = a.epoch
+                assert await asyncio.gather(*(a.renew() for _ in range(3))) == [True] * 3  # at once: all ours
                 for _ in range(6):  # renewed three times a lease: b never gets it
                     assert not await b.take()
                     assert b.other == "a"
