@@ -32,7 +32,7 @@ from binlogd.daemon.sinks.bus import (
 )
 from binlogd.daemon.sinks.frames import nats_hpubs
 from binlogd.library.checkpointfile import Checkpoint
-from binlogd.library.identity import order_key
+from binlogd.library.identity import boundary_key, order_key
 
 HEADER_ROOM = 512  # bytes of max_payload kept for the headers
 TAIL_DELETES = 100_000  # an initial snapshot's rows of a commit cut short, deleted at open at most
@@ -59,6 +59,7 @@ class NatsSink(BusSink):
         self.fence_subject = f"_binlogd.fence.{stream}"  # [ha]: a taker's fence (see _fence_stream)
         self._tail = ""  # the Binlogd-Source of a commit cut short whose changes are skipped, at open
         self._last_id = ""  # [ha]: the Nats-Msg-Id of the last message sent since the fence
+        self._tail_key = None  # the order key of the last change of a tail skipped at open (worker side)
         self._subjects: dict = {}
         self._nc = self._js = None
         self._seq = 0
@@ -90,7 +91,7 @@ class NatsSink(BusSink):
         self._seq, self._skip = info.state.last_seq, None
         checkpoint, at = await self._last_checkpoint()
         self._use_checkpoint(checkpoint)
-        self._tail, self._last_id = "", ""
+        self._tail, self._last_id, self._tail_key = "", "", None
         if self._seq > at:  # a commit cut short: what it stored is not sent again
             await self._cut_short(at)
         if self.epoch is not None:
@@ -178,7 +179,7 @@ class NatsSink(BusSink):
                             "has no Binlogd-Source header: something else publishes to the stream",
                             fatal=True, exit_code=EXIT_MISCONFIGURED) from None
         if key[0] != 0:
-            self._skip, self._tail = key, source
+            self._skip, self._tail, self._tail_key = key, source, key
         elif self._seq - at <= TAIL_DELETES:
             for seq in range(at + 1, self._seq + 1):
                 await self._js.delete_msg(self.stream, seq)
@@ -258,12 +259,24 @@ class NatsSink(BusSink):
                             f"{self.stream}{' (a duplicate)' if result.duplicate else ''}; resynchronising")
 
     async def _commit(self, checkpoint: bytes | None) -> None:
+        if checkpoint is not None and self._tail_key is not None:
+            if self._inside_tail(checkpoint):
+                checkpoint = None
+            else:
+                self._tail_key = None
         if checkpoint is not None:
             await self._publish(self.checkpoint_subject, checkpoint, {"Nats-Rollup": "sub"})
         acks = self._acks
         while acks:
             await self._unless_lost(acks[0][0])
             self._check(*acks.popleft())
+
+    def _inside_tail(self, checkpoint: bytes) -> bool:
+        """Whether ``checkpoint`` lies at or before the last change of the tail skipped at open: published, it
+        would stand after that tail in the stream, and the next open would send the tail's changes again (NATS
+        drops them as duplicates within its window, which breaks the expected-sequence chain: a retry loop)."""
+        position = Checkpoint.parse(checkpoint).position
+        return boundary_key(position.file or "", position.pos) < self._tail_key
 
     async def _unless_lost(self, awaitable):
         """Await ``awaitable`` (a nats-py call or an ack), failing as soon as the connection is closed. nats-py's

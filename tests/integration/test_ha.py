@@ -136,3 +136,28 @@ def test_a_taken_over_instance_never_commits_again(kind):
             a.close()
             if b is not None:
                 b.close()
+
+
+def test_nats_a_takeover_that_dies_before_passing_the_tail_keeps_it_skipped():
+    """The old active stored changes past its last checkpoint (a tail) and died; the next one opened (skipping the
+    tail), committed once at its resume position and died too. The third one still skips the tail: that first
+    commit's checkpoint was not published after the tail (it would have made the tail's changes be sent again,
+    and NATS's duplicate window drops them, breaking the expected-sequence chain for ever)."""
+    require("nats")
+    with KINDS["nats"]() as broker:
+        a = _sink("nats", broker.url, 5)
+        write(a, 0, 10)
+        commit(a, 10)
+        write(a, 10, 5)  # the tail: stored, never committed
+        time.sleep(0.5)
+        a.close()
+        b = _sink("nats", broker.url, 9)
+        commit(b, 10)  # its first commit, at the position it resumes from: inside the tail
+        b.close()
+        c = _sink("nats", broker.url, 12)
+        try:
+            write(c, 10, 15)  # read again from the checkpoint: 10-14 skipped, 15-24 new
+            commit(c, 25)
+        finally:
+            c.close()
+        assert _ids("nats", broker.url) == list(range(25))
