@@ -1,12 +1,14 @@
 """PostgreSQL mirror benchmark: ``binlogd run`` with ``[sink] kind = "mirror"`` on a backlog of inserts, then of
-one big UPDATE, each timed from the process start until its checkpoint covers the backlog; the mirror is then
-checked equal to the source (row count and an order-independent checksum of every column).
+one big UPDATE, each timed from the process start until its checkpoint covers the backlog, and an initial
+snapshot of the same table (in process: the daemon does not yet hand the sink the schema history itself); each
+mirror is checked equal to the source, value by value (EXCEPT ALL both ways in PostgreSQL).
 
 ``python -m bench.bench_mirror [--rows 200000] [--update 50000] [--json]``: starts a throwaway MariaDB
 (``binlog_row_metadata=MINIMAL``) and PostgreSQL (:mod:`tests.support.brokers`), writes a 5-column table of
-``--rows`` rows in 1,000-row transactions (phase "insert"), then one ``--update``-row UPDATE (phase "update"),
-and prints rows/s per phase. The peer measured in issue 40 (pg_chameleon 2.0.21, on this kind of machine):
-``init_replica`` of 200,000 rows 2.4 s, replay of one 50,000-row UPDATE 12.9 s (about 3,900 rows/s).
+``--rows`` rows in 1,000-row transactions, snapshots it (phase "snapshot"), mirrors the inserts from the binlog
+(phase "insert"), then one ``--update``-row UPDATE (phase "update"), and prints rows/s per phase. The peer
+measured in issue 40 (pg_chameleon 2.0.21, not run here): ``init_replica`` of 200,000 rows 2.4 s, replay of one
+50,000-row UPDATE 12.9 s (about 3,900 rows/s).
 """
 
 from __future__ import annotations
@@ -66,7 +68,45 @@ def run_mirror(srv, pg, first: str, target: str, workdir: Path) -> float:
             proc.wait(60)
 
 
-def check_equal(srv, pg) -> None:
+def run_snapshot(srv, url: str, workdir: Path) -> float:
+    """Seconds from the daemon's start (in process: it hands the sink the schema history, as ``binlogd run``
+    does not yet) until its initial snapshot of bench_m is done."""
+    import asyncio
+    import logging
+
+    from binlogd.daemon.config import load_config
+    from binlogd.daemon.service import Daemon
+
+    lines: list[str] = []
+    log = logging.getLogger("binlogd.bench.mirror")
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    config = load_config(None, env={}, overrides={
+        "source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
+        "source.password": srv.repl_password, "checkpoint.path": str(workdir / "snapshot.json"),
+        "sink.kind": "mirror", "sink.mirror.url": url,
+        "metrics.listen": "", "filters.include_schemas": "bench_m", "snapshot.mode": "initial"})
+
+    async def go() -> float:
+        daemon = Daemon(config, log=log)
+        daemon.sink.use_schema(daemon.schema.lookup)
+        t0 = time.perf_counter()
+        task = asyncio.create_task(daemon.run())
+        while not any("snapshot: done" in line for line in lines):
+            if task.done():
+                raise SystemExit(f"the daemon ended: {task.result()} {lines[-5:]}")
+            await asyncio.sleep(0.005)
+        elapsed = time.perf_counter() - t0
+        daemon.stop()
+        await task
+        return elapsed
+
+    return asyncio.run(go())
+
+
+def check_equal(srv, url: str) -> None:
     """The mirror holds the source's rows, value by value (compared as text in PostgreSQL)."""
     import psycopg
 
@@ -75,7 +115,7 @@ def check_equal(srv, pg) -> None:
         cur.execute("SELECT id, a, b, c, DATE_FORMAT(d, '%Y-%m-%d %H:%i:%s.%f') FROM bench_m.t")
         rows = cur.fetchall()
     conn.close()
-    with psycopg.connect(pg.url) as pconn:
+    with psycopg.connect(url) as pconn:
         pconn.execute("CREATE TEMP TABLE src (id int, a int, b text, c numeric(12,4), d timestamp(6))")
         with pconn.cursor().copy("COPY src FROM STDIN") as copy:
             for r in rows:
@@ -112,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
                 conn.commit()
             cur.execute("FLUSH BINARY LOGS")
         target = binlog_file(conn)
+        log(f"{args.rows} rows: initial snapshot into database snap")
+        pg.psql("CREATE DATABASE snap OWNER binlogd")
+        snap_url = pg.url.rsplit("/", 1)[0] + "/snap"
+        seconds = run_snapshot(srv, snap_url, Path(tmp))
+        check_equal(srv, snap_url)
+        out["snapshot"] = {"rows": args.rows, "seconds": round(seconds, 3), "rows_per_s": round(args.rows / seconds)}
         log(f"backlog: {args.rows} inserts; mirroring")
         seconds = run_mirror(srv, pg, first, target, Path(tmp))
         out["insert"] = {"rows": args.rows, "seconds": round(seconds, 3), "rows_per_s": round(args.rows / seconds)}
@@ -124,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = run_mirror(srv, pg, first, target, Path(tmp))
         out["update"] = {"rows": args.update, "seconds": round(seconds, 3), "rows_per_s": round(args.update / seconds)}
         conn.close()
-        check_equal(srv, pg)
+        check_equal(srv, pg.url)
         out["equal"] = True
     if args.json:
         print(json.dumps(out))
