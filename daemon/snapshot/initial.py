@@ -439,13 +439,12 @@ class Snapshot:
         while True:
             try:
                 await self._keyless(ranger.reader, run, ranger.info)
+                break
             except pymysql.err.MySQLError as exc:
-                if await ranger.retry(exc):
-                    continue
-                run.gone = True
-                return
-            self.ctx.metrics.snapshot_chunk(run.name, run.rows, 1, 1)
-            return
+                if not await ranger.retry(exc):
+                    run.gone = True
+                    return
+        self.ctx.metrics.snapshot_chunk(run.name, run.rows, 1, 1)
 
     async def _keyless(self, reader: Reader, run: TableRun, info: TableInfo) -> None:
         """Read a table without a key in one pass of ``reader``'s view, on an unbuffered cursor: its rows go to the
