@@ -147,7 +147,7 @@ def broker_alone(kind: str, broker, batches: list[list[bytes]]) -> float:
     if kind == "nats":
         data, seq = [], 0
         for batch in batches:
-            data.append(py_nats_hpubs(f"binlogd.{SCHEMA}.{TABLE}".encode(), 1, b"binlog.000001", 4, seq, seq,
+            data.append(py_nats_hpubs(f"binlogd.{SCHEMA}.{TABLE}".encode(), 1, b"binlog.000001:4:0", seq, seq,
                                       b"".join(c + b"\n" for c in batch), len(batch)))
             seq += len(batch)
         asyncio.run(_nats_stream(broker, 0))  # created as the sink creates it
@@ -160,7 +160,7 @@ def broker_alone(kind: str, broker, batches: list[list[bytes]]) -> float:
             return time.perf_counter() - t0
     import psycopg
 
-    meta = (SCHEMA, TABLE, "binlog.000001", 4, 0, None, "insert", 1)
+    meta = (SCHEMA, TABLE, "binlog.000001", 4, 0, None, "insert", 1, "binlog.000001:4:0")
     pieces = [copy_text([(meta, b"".join(c + b"\n" for c in batch), len(batch))]) for batch in batches]
     with psycopg.connect(broker.url) as conn:
         from binlogd.daemon.sinks.postgres import _CREATE, _CREATE_CP
