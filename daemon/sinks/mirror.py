@@ -15,7 +15,15 @@ statement per row for updates and deletes).
 from __future__ import annotations
 
 from binlogd.daemon.sinks.base import Sink, SinkError
-from binlogd.daemon.sinks.bus import EXIT_CHECKPOINT, EXIT_DATA, EXIT_MISCONFIGURED, PIECE_BYTES, BusSink
+from binlogd.daemon.sinks.bus import (
+    EXIT_AUTH,
+    EXIT_CHECKPOINT,
+    EXIT_DATA,
+    EXIT_MISCONFIGURED,
+    EXIT_UNREACHABLE,
+    PIECE_BYTES,
+    BusSink,
+)
 from binlogd.daemon.sinks.mirrorddl import DdlError, tablemap_def
 from binlogd.daemon.sinks.mirrortables import CHECKPOINT, DataError, ShapeError, Tables, truncated
 from binlogd.library.checkpointfile import Checkpoint
@@ -273,9 +281,16 @@ class MirrorSink(BusSink):
             await conn.close()  # an open transaction is rolled back
 
     def _error_of(self, exc: Exception) -> SinkError:
-        from binlogd.daemon.sinks.postgres import PostgresSink
+        """Refused credentials: fatal, exit 3; a lost or refused connection: retryable (exit 4 at the start)."""
+        import psycopg
 
-        return PostgresSink._error_of(self, exc)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if getattr(exc, "sqlstate", None) in ("28P01", "28000") or "password authentication failed" in text \
+                or "no password supplied" in text:
+            return SinkError(f"{self.name}: authentication failed: {text}", fatal=True, exit_code=EXIT_AUTH)
+        if isinstance(exc, (psycopg.OperationalError, OSError)):
+            return SinkError(f"{self.name}: unreachable: {text}", exit_code=EXIT_UNREACHABLE)
+        return SinkError(f"{self.name}: {text}")
 
 
 __all__ = ["MirrorSink"]
