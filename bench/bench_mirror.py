@@ -91,7 +91,6 @@ def run_snapshot(srv, url: str, workdir: Path) -> float:
 
     async def go() -> float:
         daemon = Daemon(config, log=log)
-        daemon.sink.use_schema(daemon.schema.lookup)
         t0 = time.perf_counter()
         task = asyncio.create_task(daemon.run())
         while not any("snapshot: done" in line for line in lines):

@@ -28,7 +28,7 @@ import logging
 import random
 import time
 
-from binlogd.daemon import standby
+from binlogd.daemon.delivery import standby
 from binlogd.daemon.delivery.checkpoint import CheckpointStore
 from binlogd.daemon.delivery.committer import Committer
 from binlogd.daemon.delivery.consumer import Consumer
@@ -100,6 +100,8 @@ class Daemon:
             history_path(config.schema.history_path, config.checkpoint.path),
             ServerSchema(self._admin_connection), config.filters.table_selected,
             self.metrics, self.log)
+        if self.schema is not None:
+            self.sink.use_schema(self.schema.lookup)
         self.consumer: Consumer | None = None
         self.hosts: OneHost | Failover = hosts_for(config.source, self.log, self.metrics)
         self._source = config.source  # the server of the current session (the schema lookups ask it)

@@ -144,6 +144,10 @@ class Sink:
         the Committer calls it right after each flush. Sinks that commit the position with the data (the bus
         sinks) commit it there; others ignore it."""
 
+    def use_schema(self, lookup) -> None:
+        """The schema history's lookup (``(schema, table) -> CheckedSchema | None`` at the stream's position), handed
+        over by the daemon when it keeps one: the mirror creates its tables from it; others ignore it."""
+
     def remote_checkpoint(self):
         """The checkpoint the sink's own store committed with the data (read by :meth:`open`), or None when
         it keeps none (the default). The daemon resumes from it (daemon/delivery/resumerule.py)."""

@@ -55,7 +55,7 @@ def redis_checkpoint(url: str, key: str = "binlogd:checkpoint:binlogd") -> dict 
 
 def read_nats(url: str, stream: str = "BINLOGD") -> list:
     """Every change message of JetStream ``stream`` by sequence (direct gets), with its headers checked; the
-    checkpoint messages (``_binlogd.checkpoint.<stream>``) and deleted sequences are passed over."""
+    binlogd's own subjects (``_binlogd.``: the checkpoint, the [ha] fences) and deleted sequences are passed over."""
     import nats
     from nats.js.errors import NotFoundError
 
@@ -70,7 +70,7 @@ def read_nats(url: str, stream: str = "BINLOGD") -> list:
                     msg = await js.get_msg(stream, seq)
                 except NotFoundError:
                     continue
-                if msg.subject.startswith("_binlogd.checkpoint."):
+                if msg.subject.startswith("_binlogd."):
                     continue
                 change = json.loads(msg.data)
                 h = msg.headers or {}
