@@ -529,6 +529,10 @@ def load_config(path: str | None = None, env: Mapping[str, str] = os.environ,
         given = " and ".join(f"{key} (from {values[key][1]})" for key in both)
         raise ConfigError("source.hosts", f"set either source.hosts or {given}, not both", values["source.hosts"][1])
     cfg = _build(Config, "", values)
+    if cfg.sink.schema_events and cfg.schema.source == "none":
+        raise ConfigError("sink.schema_events", "lists each DDL's table as the schema history holds it: needs "
+                          "schema.source 'auto' or 'information_schema', not 'none'",
+                          values.get("sink.schema_events", (None, None))[1])
     src = cfg.source
     if src.password_file:
         try:

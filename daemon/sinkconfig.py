@@ -107,8 +107,10 @@ class SinkConfig(Section):
     """``[sink]``. Fields: kind (jsonl, archive, stdout); path (output directory for jsonl/archive);
     max_file_bytes, max_file_seconds (rotate jsonl files; 0: no limit); fsync (before the checkpoint moves);
     format (change events as ``binlogd`` writes them or in Debezium's envelope, ``debezium``; not for archive);
-    server_name (Debezium's ``source.name``, the logical server name); upload (:class:`UploadConfig`, archive only);
-    redis, nats, postgres (the bus sinks' subsections); mirror (the PostgreSQL mirror's)."""
+    server_name (Debezium's ``source.name``, the logical server name); transaction_events, schema_events,
+    heartbeat_seconds (the events beyond rows: begin/commit around each transaction's changes, one per DDL on a
+    selected table, a heartbeat after that many idle seconds, 0: none); upload (:class:`UploadConfig`, archive
+    only); redis, nats, postgres (the bus sinks' subsections); mirror (the PostgreSQL mirror's)."""
 
     SECTION: ClassVar[str] = "sink"
     kind: str = setting("jsonl", choices=("jsonl", "archive", "stdout", "redis", "nats", "postgres",
@@ -119,6 +121,9 @@ class SinkConfig(Section):
     fsync: bool = True
     format: str = setting("binlogd", choices=("binlogd", "debezium"))
     server_name: str = setting("binlogd", nonempty=True)
+    transaction_events: bool = False
+    schema_events: bool = False
+    heartbeat_seconds: float = setting(0.0, lo=0.0)
     upload: UploadConfig = field(default_factory=UploadConfig)
     redis: RedisSinkConfig = field(default_factory=RedisSinkConfig)
     nats: NatsSinkConfig = field(default_factory=NatsSinkConfig)
@@ -131,6 +136,11 @@ class SinkConfig(Section):
         if self.upload.url and self.kind != "archive":
             raise ConfigError("sink.upload.url", f"uploads closed archive files: needs sink.kind 'archive', "
                                                  f"not {self.kind!r}")
+        extra = [name for name in ("transaction_events", "schema_events") if getattr(self, name)]
+        extra += ["heartbeat_seconds"] if self.heartbeat_seconds else []
+        if extra and self.kind not in ("jsonl", "stdout"):
+            raise ConfigError(f"sink.{extra[0]}", f"the events beyond rows are written by the jsonl and stdout "
+                                                  f"sinks, not by {self.kind!r}")
         if self.format != "binlogd" and self.kind == "archive":
             raise ConfigError("sink.format", f"{self.format!r} formats change events; the archive sink keeps the "
                                              "binlog events themselves (set it with a change-event sink kind)")

@@ -32,9 +32,9 @@ import orjson
 
 from binlogd.protocol import events as E
 
-from . import jsonrows
+from . import jsonrows, metaevents
 from .identity import stream_prefix
-from .serialize import dumps
+from .serialize import change_events, dumps
 
 FORMATS = ("binlogd", "debezium")
 DEFAULT_SERVER_NAME = "binlogd"
@@ -145,6 +145,35 @@ def change_lines(event: E.RowsEvent, file: str | None, gtid: str | None, inner: 
     return jsonrows.rows_json(event, b'{"before":', b',"after":', b',"source":' + source, b"", tail, again)
 
 
+def transaction_lines(event: E.RowsEvent, file: str | None, gtid: str | None, inner: int, order: tuple,
+                      server_name: str = DEFAULT_SERVER_NAME, now_ns: int | None = None) -> tuple[bytes, int]:
+    """:func:`change_lines` with each change's ``transaction`` block filled in (``[sink] transaction_events``):
+    ``{"id", "total_order", "data_collection_order"}``, counted on from ``order`` = (the transaction's id, its
+    changes so far, this table's changes so far in it)."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    tx, total, in_table = order
+    out = []
+    for index, change in enumerate(change_events(event, file, gtid, inner), 1):
+        value = envelope(change, server_name, now_ns)
+        value["transaction"] = {"id": tx, "total_order": total + index, "data_collection_order": in_table + index}
+        out.append(dumps(value) + b"\n")
+    return b"".join(out), len(out)
+
+
+def meta_json(event: dict, server_name: str = DEFAULT_SERVER_NAME, now_ns: int | None = None) -> bytes:
+    """JSON bytes (no newline) of Debezium's value for an event beyond rows (:mod:`library.metaevents`)."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+
+    def source_of(ddl: dict) -> dict:
+        src = ddl["source"]
+        source = _source(server_name, ddl["ts"], "false", ddl["schema"], ddl["table"], src["server_id"],
+                         src["gtid"], src["file"], src["pos"])
+        source.update(row=0, id=src["id"], thread=None, query=None)
+        return source
+
+    return dumps(metaevents.debezium(event, server_name, source_of, now_ns // 1_000_000))
+
+
 def check_format(fmt: str) -> str:
     """``fmt`` when it names a format.
 
@@ -166,6 +195,18 @@ def formatter(fmt: str = "binlogd", server_name: str = DEFAULT_SERVER_NAME) -> C
     if check_format(fmt) == "binlogd":
         return dumps
     return partial(debezium_json, server_name=server_name)
+
+
+def meta_formatter(fmt: str = "binlogd", server_name: str = DEFAULT_SERVER_NAME) -> Callable[[dict], bytes]:
+    """:func:`formatter` for the events beyond rows: :func:`library.serialize.dumps` for "binlogd",
+    :func:`meta_json` for "debezium".
+
+    Raises:
+        ValueError: an unknown format.
+    """
+    if check_format(fmt) == "binlogd":
+        return dumps
+    return partial(meta_json, server_name=server_name)
 
 
 def rows_writer(fmt: str = "binlogd", server_name: str = DEFAULT_SERVER_NAME

@@ -13,6 +13,17 @@ Three forms, each ``<prefix>:<row>``:
   list (from 0), ``run`` the snapshot's run (0, then one more after each restart), ``row`` the row's number in
   that table (from 0, counting the rows read before a restart).
 
+The events beyond rows (``[sink] transaction_events``, ``schema_events``, ``heartbeat_seconds``) name the binlog
+event they stand for in the same way, with a word for the row:
+
+- a transaction's begin: ``<file>:<pos>:<inner>:begin``, the event that opens it (a GTID, BEGIN or its first
+  statement); its commit: ``<file>:<pos>:<inner>:commit``, the event that ends it (XID, COMMIT...; ``inner`` its
+  offset in a TRANSACTION_PAYLOAD);
+- a schema change: ``<file>:<pos>:0:ddl.<k>``, the DDL statement's event, ``k`` the table's place among the
+  selected tables it changed;
+- a heartbeat: ``<file>:<pos>:h<ms>:heartbeat``, the committed position it carries and the time it was written
+  (milliseconds since the epoch).
+
 A row read again after a restart (in another read view, where it may differ) is in another run, so another
 change. :func:`order_key` gives the order they are delivered in: every initial snapshot row before every
 streamed change; streamed changes by (file number, position, an incremental chunk before the transaction's own
@@ -39,6 +50,29 @@ def snapshot_prefix(table: int, run: int) -> str:
     return f"{SNAPSHOT}:{table}:{run}"
 
 
+def begin_id(file: str, pos: int, inner: int = 0) -> str:
+    """The id of the begin event of the transaction that the event at ``file``:``pos`` (``inner``) opens."""
+    return f"{file}:{pos}:{inner}:begin"
+
+
+def commit_id(file: str, pos: int, inner: int = 0) -> str:
+    """The id of the commit event of the transaction that the event at ``file``:``pos`` (``inner``) ends."""
+    return f"{file}:{pos}:{inner}:commit"
+
+
+def ddl_id(file: str, pos: int, index: int) -> str:
+    """The id of the schema-change event of the ``index``-th table the DDL statement at ``file``:``pos`` changed."""
+    return f"{file}:{pos}:0:ddl.{index}"
+
+
+def heartbeat_id(file: str, pos: int, ms: int) -> str:
+    """The id of a heartbeat written at ``ms`` (milliseconds since the epoch) with committed position ``file:pos``."""
+    return f"{file}:{pos}:h{ms}:heartbeat"
+
+
+_WORDS = {"begin": -1, "commit": 1 << 62}
+
+
 def file_key(file: str) -> tuple:
     """(file number, base name) of a binlog file name, in the order the server writes them."""
     stem, _, number = file.rpartition(".")
@@ -60,10 +94,16 @@ def order_key(change_id: str) -> tuple:
     if b.startswith("c"):
         run, _, chunk = b[1:].partition(".")
         return (1, *file_key(head), int(a), 0, int(run), int(chunk), int(row))
+    if b.startswith("h") and row == "heartbeat":
+        return (1, *file_key(head), int(a), -1, int(b[1:]), 0, 0)
+    if not row.isdigit():
+        number = _WORDS.get(row)
+        row = number if number is not None else int(row[4:]) if row.startswith("ddl.") else int(row)
     return (1, *file_key(head), int(a), 1, int(b), 0, int(row))
 
 
 def boundary_key(file: str, pos: int) -> tuple:
     """The sort key of the transaction boundary ``file``:``pos``: after every change before it, before every
-    change of the transaction that starts there and every incremental chunk written there; no change has it."""
+    change of the transaction that starts there, every incremental chunk and every heartbeat written there; no
+    change has it."""
     return (1, *file_key(file), pos, -1, 0, 0, 0)

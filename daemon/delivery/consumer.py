@@ -15,6 +15,7 @@ import logging
 import time
 
 from binlogd.daemon.delivery.committer import Committer
+from binlogd.daemon.delivery.markers import Markers
 from binlogd.daemon.operations.metrics import Metrics
 from binlogd.daemon.replication.serverschema import FOLLOWED, DaemonSchema
 from binlogd.daemon.replication.session import Session
@@ -73,6 +74,9 @@ class Consumer:
         self._last_commit = time.monotonic()
         self._bytes_since_commit = 0
         self.incremental = None
+        sc = config.sink
+        self.markers = Markers(sc, sink, resume.source.get("server_id")) \
+            if sc.transaction_events or sc.schema_events or sc.heartbeat_seconds else None
 
     async def run(self, session: Session) -> None:
         """Take the session's events until it fails (raised) or the daemon stops (at a boundary, or
@@ -100,6 +104,7 @@ class Consumer:
             if batch is None:
                 if self.incremental is not None and not tracker.in_transaction:
                     await self.incremental.at_boundary(self)
+                self._heartbeat()
                 if self._dirty and not tracker.in_transaction:
                     await self.commit()
                 continue
@@ -115,6 +120,7 @@ class Consumer:
                 index += 1
                 if self.incremental is not None and self.incremental.state is not None and not tracker.in_transaction:
                     await self.incremental.at_boundary(self)
+                self._heartbeat()
                 if not tracker.in_transaction and self._dirty and self.commit_due(index == end and session.idle):
                     await self.commit(wait=False)
         if self._dirty and not tracker.in_transaction:
@@ -143,6 +149,14 @@ class Consumer:
         self.committer.sync(token)
         if wait:
             await self.committer.settle()
+
+    def _heartbeat(self) -> None:
+        """Write a heartbeat with the committed position when one is due at a transaction boundary."""
+        markers = self.markers
+        if markers is not None and not self.tracker.in_transaction and markers.heartbeat_due():
+            committed = self.tracker.committed
+            markers.heartbeat(committed.file, committed.pos, committed.gtid_set or committed.gtid_list or None)
+            self._dirty = True
 
     def _skim(self, events: list, start: int) -> int:
         """Pass the run of rows events (and their context) from ``events[start]`` on, checked in one
@@ -181,8 +195,14 @@ class Consumer:
                 and self.cfg.daemon.unknown_events == "error":
             raise UnknownEventError(f"unknown event type {tc} at {tracker.file}:{pos} "
                                     "(set daemon.unknown_events = \"skip\" to pass it by)", pos)
+        markers = self.markers
+        if markers is not None and not tracker.in_transaction:
+            markers.outside(tracker.file, pos, h.timestamp)
         if self.schema is not None and tc in FOLLOWED:  # DDL into the history (durably), TABLE_MAPs repaired
             event = await self.schema.follow(event, raw, pos, tracker.file, decoder)
+            if markers is not None and markers.schemas and self.schema.changed:
+                markers.ddl(event.query, self.schema.changed, self.cfg.filters.table_selected, tracker.file, pos,
+                            h.timestamp, tracker.gtid)
         if isinstance(event, E.RotateEvent) and not artificial:
             self.log.info("rotate to %s", event.next_file)
         self.sink.event(raw, event)
@@ -197,7 +217,11 @@ class Consumer:
                 self._rows(event)
             if self.sink.over():
                 await self.sink.room()
+        gtid = tracker.gtid
         if tracker.observe(event):
+            if markers is not None:
+                inner = event.offsets[-1] if isinstance(event, E.TransactionPayloadEvent) and event.offsets else 0
+                markers.ended(tracker.file, pos, inner, h.timestamp, gtid)
             self._uncommitted += 1
             self.metrics.transaction()
             if self.skip_before is not None and h.timestamp >= self.skip_before:
@@ -216,5 +240,12 @@ class Consumer:
             return
         if event.columns and event.columns[0].startswith("@"):
             self.metrics.unnamed_columns()
-        n = self.sink.rows(event, self.tracker.file, self.tracker.gtid, inner)
+        file, gtid, markers = self.tracker.file, self.tracker.gtid, self.markers
+        if markers is None:
+            n = self.sink.rows(event, file, gtid, inner)
+        else:
+            order = markers.rows(event.schema, event.table, file, gtid)
+            n = self.sink.rows(event, file, gtid, inner) if order is None else \
+                self.sink.rows(event, file, gtid, inner, order)
+            markers.written(event.schema, event.table, n)
         self.metrics.rows(event.schema, event.table, event.kind, n)

@@ -95,6 +95,7 @@ class DaemonSchema:
     Fields:
         tracker: the current session's SchemaTracker (None before :meth:`attach`).
         source: the session's server as the history records it (None before :meth:`attach`).
+        changed: the history entries the last event :meth:`follow` took made (a DDL's; else empty).
     """
 
     def __init__(self, path: str | os.PathLike, server: ServerSchema, selected, metrics, log):
@@ -107,6 +108,7 @@ class DaemonSchema:
         self._txn_start = ("", 0)                     # where the current transaction began
         self._seed_due = False      # the history holds no seed: one runs when a table needs it
         self._seed_wanted = False   # the decoder asked for a selected table the history does not know
+        self.changed: list | tuple = ()
 
     def lookup(self, schema: str, table: str):
         """The decoder's schema source (see :meth:`SchemaTracker.lookup`). While a seed is due, a selected
@@ -348,10 +350,11 @@ class DaemonSchema:
             CheckpointError: the history could not be written (the checkpoint must not move past the DDL).
         """
         tc = event.header.type_code
+        self.changed = ()
         if tc != _TABLE_MAP and tc != _PAYLOAD:
             if tc != _FDE:
                 self._txn_start = (file, pos)  # a GTID, BEGIN or statement: a repair holds from here on
-            entries = self.tracker.observe(event, file, pos + len(raw))
+            entries = self.changed = self.tracker.observe(event, file, pos + len(raw))
             if entries:
                 self._append(list(entries))
                 self._tried.difference_update((e.schema, e.table) for e in entries)

@@ -60,11 +60,21 @@ class Sink:
     def change(self, change: dict) -> None:
         """One row change (ARCHITECTURE.md's change-event shape) of the current transaction."""
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
+    def meta(self, event: dict) -> None:
+        """One event beyond rows (:mod:`library.metaevents`: a transaction's begin or commit, a schema change,
+        a heartbeat), in stream order with the changes; the jsonl and stdout sinks write them.
+
+        Raises:
+            SinkError: this sink does not write them (the configuration check keeps this from happening).
+        """
+        raise SinkError(f"the {type(self).__name__} writes no {event['op']} events")
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0, order: tuple | None = None) -> int:
         """The row changes of one rows event of the current transaction (``file`` and ``gtid``: where it
         is in the primary's log; ``inner``: its offset inside its TRANSACTION_PAYLOAD, 0 outside one);
         returns how many. The default gives each one to :meth:`change`; sinks that write JSON lines take
-        them as bytes (:func:`library.jsonrows.change_lines`).
+        them as bytes (:func:`library.jsonrows.change_lines`). ``order``: with the Debezium format and
+        ``[sink] transaction_events``, the changes' transaction block (:func:`library.debezium.transaction_lines`).
 
         Raises:
             EventDecodeError: malformed rows (nothing of the event was written).

@@ -19,7 +19,7 @@ from pathlib import Path
 from binlogd.daemon.sinks.base import Sink, SinkError, close_all, sync_all
 from binlogd.library.atomicfile import fsync_dir
 from binlogd.library.checkpointfile import jsonl_committed, jsonl_index, jsonl_name
-from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
+from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, meta_formatter, rows_writer, transaction_lines
 from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
 
@@ -51,6 +51,7 @@ class JsonLinesSink(Sink):
         self.directory = Path(directory)
         self.max_file_bytes, self.max_file_seconds, self.fsync = max_file_bytes, max_file_seconds, fsync
         self._json, self._lines = formatter(format, server_name), rows_writer(format, server_name)
+        self._meta, self._server_name = meta_formatter(format, server_name), server_name
         self._fh = None
         self._unsynced: list[int] = []  # flushed, not yet handed over: dups of the file descriptors (consumer only)
         self._ends: list[int] = []      # the offset each of those was flushed to (consumer only)
@@ -104,9 +105,13 @@ class JsonLinesSink(Sink):
             fsync_dir(self.directory)
 
     def change(self, change: dict) -> None:
+        self.change_bytes(self._json(change) + b"\n")
+
+    def change_bytes(self, line: bytes) -> None:
+        """Write one line as it is."""
         self._wait_write()
         try:
-            self._fh.write(self._json(change) + b"\n")
+            self._fh.write(line)
         except OSError as exc:
             raise SinkError(f"cannot write {self._path(self._index)}: {exc.strerror}") from exc
 
@@ -146,8 +151,14 @@ class JsonLinesSink(Sink):
         if job is not None:
             _result(job, f"cannot write {self._path(self._index)}")
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
-        lines, n = self._lines(event, file, gtid, inner)
+    def meta(self, event: dict) -> None:
+        self.change_bytes(self._meta(event) + b"\n")
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0, order: tuple | None = None) -> int:
+        if order is None:
+            lines, n = self._lines(event, file, gtid, inner)
+        else:
+            lines, n = transaction_lines(event, file, gtid, inner, order, self._server_name)
         self._wait_write()
         try:
             self._fh.write(lines)

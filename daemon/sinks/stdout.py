@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from binlogd.daemon.sinks.base import Sink, SinkError
-from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
+from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, meta_formatter, rows_writer, transaction_lines
 from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
 
@@ -26,6 +26,7 @@ class StdoutSink(Sink):
     def __init__(self, stream=None, format: str = "binlogd", server_name: str = DEFAULT_SERVER_NAME):
         self._out = stream or sys.stdout.buffer
         self._json, self._lines = formatter(format, server_name), rows_writer(format, server_name)
+        self._meta, self._server_name = meta_formatter(format, server_name), server_name
 
     def change(self, change: dict) -> None:
         self._out.write(self._json(change) + b"\n")
@@ -37,8 +38,14 @@ class StdoutSink(Sink):
         self._out.write(lines)
         return True
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
-        lines, n = self._lines(event, file, gtid, inner)
+    def meta(self, event: dict) -> None:
+        self._out.write(self._meta(event) + b"\n")
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0, order: tuple | None = None) -> int:
+        if order is None:
+            lines, n = self._lines(event, file, gtid, inner)
+        else:
+            lines, n = transaction_lines(event, file, gtid, inner, order, self._server_name)
         self._out.write(lines)
         return n
 
