@@ -142,13 +142,6 @@ class Sink:
             SinkError: not durable; the daemon retries after discarding (re-``open``).
         """
 
-    def commit(self) -> dict:
-        """:meth:`flush`, :meth:`begin_sync`, then :meth:`sync`: the state once it is durable."""
-        state = self.flush()
-        self.begin_sync()
-        self.sync()
-        return state
-
     def flushed(self, checkpoint) -> None:
         """The checkpoint (:class:`library.checkpointfile.Checkpoint`) that the last :meth:`flush` reaches;
         the Committer calls it right after each flush. Sinks that commit the position with the data (the bus
