@@ -29,6 +29,7 @@ if spark_missing():
 import pyarrow.parquet as pq  # noqa: E402
 
 from binlogd.pipeline.__main__ import build_zip, main  # noqa: E402
+from tests.support.sinks import commit_sink
 
 ORDER = ("file", "pos", "event_seq", "row")
 FILES = ["mysql-binlog-connector-java/mysql-bin.checksum-crc32", "mysql-binlog-connector-rust/mysql-bin.000057",
@@ -106,8 +107,8 @@ def test_changes_job_from_daemon_jsonl(spark, corpus, tmp_path):
         for change in changes:
             sink.change(change)
             if change["source"]["row"] == 0:
-                state = sink.commit()
-        state = sink.commit()
+                state = commit_sink(sink)
+        state = commit_sink(sink)
     sink.change({**changes[0], "op": "delete", "table": "uncommitted"})   # a transaction still being written
     sink._fh.flush()
     with open(sink_dir / state["file"], "ab") as fh:

@@ -105,6 +105,15 @@ def files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
+def commit_sink(sink) -> dict:
+    """Commit what ``sink`` holds as the daemon's Committer does (flush, begin_sync, sync); returns the state
+    the flush gave, once it is durable."""
+    state = sink.flush()
+    sink.begin_sync()
+    sink.sync()
+    return state
+
+
 # =========================================================================== JSON lines
 
 

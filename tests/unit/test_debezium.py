@@ -30,6 +30,7 @@ from binlogd.protocol import rowcodec
 from binlogd.protocol.errors import BinlogError
 from binlogd.protocol.reader import iter_events
 from tests.support.paths import CORPUS
+from tests.support.sinks import commit_sink
 
 CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".txt",
                                                                                           ".json", ".py"))
@@ -185,7 +186,7 @@ def test_jsonl_sink_writes_envelopes(corpus_changes, tmp_path) -> None:
     read = {**expect[0], "op": "read", "source": {**expect[0]["source"], "snapshot": True}}
     sink.change(read)
     expect.append(read)
-    state = sink.commit()
+    state = commit_sink(sink)
     sink.close()
     lines = (tmp_path / state["file"]).read_bytes().splitlines()
     assert len(lines) == len(expect) and state["offset"] == (tmp_path / state["file"]).stat().st_size
@@ -215,7 +216,7 @@ def test_binlogd_format_is_unchanged(corpus_changes, tmp_path) -> None:
     for event, changes in corpus_changes[:20]:
         sink.rows(event, event_file(changes), "0-1-42")
         want += jsonrows.change_lines(event, event_file(changes), "0-1-42")[0]
-    state = sink.commit()
+    state = commit_sink(sink)
     sink.close()
     assert (tmp_path / state["file"]).read_bytes() == want
 

@@ -13,6 +13,7 @@ import pytest
 from binlogd.daemon.operations.metrics import Metrics
 from binlogd.protocol import events as E
 from binlogd.protocol.errors import ChecksumError, EventDecodeError, ProtocolError
+from tests.support.sinks import commit_sink
 
 
 def event(type_code: int, body: bytes, pos: int = 1000, crc: bool = True) -> bytes:
@@ -129,7 +130,7 @@ def test_archive_event_run_writes_what_events_write(corpus, tmp_path):
     assert err.value.fatal
     sink.event_run([raw for raw, _ in middle], start, middle[-1][1].header.next_position)
     sink.event(*items[-1])
-    sink.commit()
+    commit_sink(sink)
     sink.close()
     assert (tmp_path / "mysql-bin.000001").read_bytes() == data
 

@@ -16,6 +16,7 @@ from tests.support.sinks import (
     _fsync_recorder,
     artificial_rotate,
     checksummed,
+    commit_sink,
     feed_archive,
     files,
     heartbeat,
@@ -32,7 +33,7 @@ def test_archive_is_byte_identical_to_the_source(corpus, tmp_path, name):
     sink = ArchiveSink(tmp_path / "archive")
     sink.open(None)
     feed_archive(sink, [artificial_rotate(fname, 4, crc)] + stream(data))
-    state = sink.commit()
+    state = commit_sink(sink)
     sink.close()
     assert state == {"file": fname, "size": len(data)}
     archived = (tmp_path / "archive" / fname).read_bytes()
@@ -54,7 +55,7 @@ def test_archive_resumes_mid_file_from_a_committed_state(corpus, tmp_path, name)
     sink = ArchiveSink(target)
     sink.open(None)
     feed_archive(sink, [artificial_rotate(fname, 4, crc)] + items[:k])
-    state = sink.commit()
+    state = commit_sink(sink)
     assert state == {"file": fname, "size": items[k][1].header.pos}
     feed_archive(sink, items[k:k + 3])  # written, never committed: the daemon dies here
     sink.close()
@@ -65,7 +66,7 @@ def test_archive_resumes_mid_file_from_a_committed_state(corpus, tmp_path, name)
     assert (target / fname).stat().st_size == state["size"]
     resume = [artificial_rotate(fname, state["size"], crc), resent_fde(data, items[0][0])]
     feed_archive(again, resume + items[k:])
-    assert again.commit() == {"file": fname, "size": len(data)}
+    assert commit_sink(again) == {"file": fname, "size": len(data)}
     again.close()
     assert (target / fname).read_bytes() == data
 
@@ -81,7 +82,7 @@ def test_archive_reconnect_to_an_earlier_position_rewrites_from_there(corpus, tm
     pos = items[k][1].header.pos
     feed_archive(sink, [artificial_rotate("mysql-bin.000001", pos, True), resent_fde(data, items[0][0])]
                  + items[k:k + 2])
-    state = sink.commit()
+    state = commit_sink(sink)
     assert state == {"file": "mysql-bin.000001", "size": items[k + 2][1].header.pos}
     assert (tmp_path / "mysql-bin.000001").read_bytes() == data[:state["size"]]  # no stale tail
     feed_archive(sink, items[k + 2:])
@@ -97,7 +98,7 @@ def test_archive_follows_a_rotate_into_the_next_file(corpus, tmp_path):
     sink = ArchiveSink(tmp_path)
     sink.open(None)
     feed_archive(sink, [artificial_rotate("mysql-bin.000001", 4, False)] + items + stream(second))
-    assert sink.commit() == {"file": "mysql-bin.000002", "size": len(second)}
+    assert commit_sink(sink) == {"file": "mysql-bin.000002", "size": len(second)}
     sink.close()
     assert (tmp_path / "mysql-bin.000001").read_bytes() == first
     assert (tmp_path / "mysql-bin.000002").read_bytes() == second
@@ -148,7 +149,7 @@ def test_archive_skips_an_event_flagged_artificial(corpus, tmp_path):
     sink = ArchiveSink(tmp_path)
     sink.open(None)
     feed_archive(sink, [artificial_rotate("x.000001", 4, True)] + items[:3] + [(bytes(flagged), fake)])
-    assert sink.commit() == {"file": "x.000001", "size": items[3][1].header.pos}
+    assert commit_sink(sink) == {"file": "x.000001", "size": items[3][1].header.pos}
 
 
 def test_archive_event_out_of_step_is_an_error(corpus, tmp_path):
@@ -206,7 +207,7 @@ def test_archive_commit_fsyncs(corpus, tmp_path, monkeypatch):
     sink.open(None)
     feed_archive(sink, [artificial_rotate("master-bin.000001", 4, False)] + stream(data)[:4])
     calls.clear()
-    sink.commit()
+    commit_sink(sink)
     st = (tmp_path / "master-bin.000001").stat()
     assert (st.st_dev, st.st_ino, False) in calls
     sink.close()
@@ -244,9 +245,9 @@ def test_archive_writev_whole_and_short_writes(corpus, tmp_path, monkeypatch, li
     items = [artificial_rotate(fname, 4, checksummed(data))] + stream(data)
     half = len(items) // 2
     feed_archive(sink, items[:half])
-    sink.commit()  # a flush in the middle, then the rest
+    commit_sink(sink)  # a flush in the middle, then the rest
     feed_archive(sink, items[half:])
-    sink.commit()
+    commit_sink(sink)
     sink.close()
     assert (tmp_path / "archive" / fname).read_bytes() == data
     assert calls and max(calls) <= 3
