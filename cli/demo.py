@@ -111,7 +111,7 @@ async def _main(args, server: LocalServer, workdir: str) -> int:
     daemon = Daemon(config, log)
     gone = threading.Event()
     assert isinstance(daemon.sink, StdoutSink)
-    daemon.sink._out = _Stdout(gone)  # the stream StdoutSink writes to (its constructor's ``stream``)
+    daemon.sink.stream = _Stdout(gone)
     stop = threading.Event()
     writer = asyncio.create_task(asyncio.to_thread(_writer, server, stop, args.rate))
     runner = asyncio.create_task(run_with_signals(daemon, log))

@@ -83,7 +83,7 @@ def rows_json(event: E.RowsEvent, pre: bytes, mid: bytes, post: bytes, sep: byte
     Raises:
         EventDecodeError: malformed rows (the same error ``event.rows`` raises).
     """
-    images = event._decode
+    images = event.images
     if _speedups and type(images) is RowImages:
         native = _native(images)
         if native is not None:

@@ -20,7 +20,7 @@ from binlogd.protocol.tablemap import Column
 
 from .identity import stream_prefix
 
-_SKIP = {"header", "_decode", "_cache", "events", "statement", "_text"}
+_SKIP = {"header", "images", "_cache", "events", "statement", "_text"}
 
 
 def _default(obj):

@@ -274,7 +274,7 @@ class Decoder:
         columns-present bitmaps), and a good CRC32; none changes this decoder's state. With
         ``statement_end``, the last one taken may differ from ``first`` in its STMT_END_F flag, which
         ``first`` must not have. Its row images are ``view[p + head:p + length - crc]``, where ``head =
-        first.header.event_length - crc - len(first._decode.data)`` and ``crc`` is 4 for CRC32 checksums, else 0.
+        first.header.event_length - crc - len(first.images.data)`` and ``crc`` is 4 for CRC32 checksums, else 0.
 
         Args:
             view: the whole file (or stream) ``first`` was decoded from, at offset ``first.header.pos``.
@@ -284,7 +284,7 @@ class Decoder:
             ends its statement (``(pos, 0, False)`` for none, and always when the C extension is not built,
             for a compressed or partial event, or a decoder that renumbers types or is past a START_ENCRYPTION).
         """
-        images = first._decode
+        images = first.images
         if _rows_like_c is None or not self._plain_v4() or not isinstance(images, RowImages) or images.partial \
                 or not isinstance(images.data, memoryview) or images.data.obj is not view.obj \
                 or first.flags & STMT_END_F:

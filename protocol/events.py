@@ -428,6 +428,8 @@ class RowsEvent(Event):
             ``(before, after)`` pairs. Only the columns present in the image appear; a PARTIAL_UPDATE_ROWS after
             image holds a partially updated JSON column as its diffs, a :class:`protocol.jsonb.JsonDiffs`.
             Decoded on first access; raises EventDecodeError on malformed rows.
+        images: the event's row images: called, it decodes them (what ``rows`` holds); its ``data`` is their
+            bytes, which the C writers read directly.
     """
 
     kind: str
@@ -436,14 +438,14 @@ class RowsEvent(Event):
     schema: str
     table: str
     columns: tuple[str, ...]
-    _decode: Callable[[], list] = field(repr=False, compare=False)
+    images: Callable[[], list] = field(repr=False, compare=False)
     _cache: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def rows(self) -> list:
         cache = self._cache
         if not cache:
-            cache.append(self._decode())
+            cache.append(self.images())
         return cache[0]
 
 

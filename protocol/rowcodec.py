@@ -65,8 +65,8 @@ def speedups_enabled() -> bool:
 
 def _globals() -> dict:
     ns = {f"_{k}": s.unpack_from for k, s in _STRUCTS.items()}
-    ns.update(_float32=V.float32, _date=V.date_text, _dates=V._DATES, _ymds=V._YMD, _times=V._TIMES, _ymd=V._ymd_text,
-              _hms=V._hms_text, _dt2=V.datetime2_text,
+    ns.update(_float32=V.float32, _date=V.date_text, _dates=V.DATE_TEXTS, _ymds=V.YMD_TEXTS, _times=V.HMS_TEXTS,
+              _ymd=V.ymd_text, _hms=V.hms_text, _dt2=V.datetime2_text,
               _time2=V.time2_text, _ts2=V.timestamp2_text, _utc=V.utc_text, _otime=V.old_time_text,
               _odt=V.old_datetime_text, _year=V.year_value, _b64=V.base64_text, _padded=V.padded_base64,
               _guess=V.text_or_base64,

@@ -133,47 +133,47 @@ def _frac_usec(view: memoryview, pos: int, fsp: int) -> int:
     return value * (10_000, 100, 1)[n - 1]
 
 
-_DATES: dict[int, str] = {}   # DATE's packed value → text
-_YMD: dict[int, str] = {}     # DATETIME2's date part → text
-_TIMES: dict[int, str] = {}   # DATETIME2's time part → text
+DATE_TEXTS: dict[int, str] = {}  # DATE's packed value → text (the generated row decoders read these caches too)
+YMD_TEXTS: dict[int, str] = {}   # DATETIME2's date part → text
+HMS_TEXTS: dict[int, str] = {}   # DATETIME2's time part → text
 _CACHE_MAX = 1 << 17
 
 
 def date_text(packed: int) -> str:
     """DATE's 3-byte value (year<<9 | month<<5 | day) as ``YYYY-MM-DD`` (cached: dates repeat)."""
-    text = _DATES.get(packed)
+    text = DATE_TEXTS.get(packed)
     if text is None:
-        if len(_DATES) >= _CACHE_MAX:
-            _DATES.clear()
-        text = _DATES[packed] = f"{packed >> 9:04d}-{packed >> 5 & 15:02d}-{packed & 31:02d}"
+        if len(DATE_TEXTS) >= _CACHE_MAX:
+            DATE_TEXTS.clear()
+        text = DATE_TEXTS[packed] = f"{packed >> 9:04d}-{packed >> 5 & 15:02d}-{packed & 31:02d}"
     return text
 
 
-def _ymd_text(ymd: int) -> str:
+def ymd_text(ymd: int) -> str:
     """DATETIME2's year*13+month / day part (the bits above the 17 time bits) as ``YYYY-MM-DD`` (cached)."""
-    text = _YMD.get(ymd)
+    text = YMD_TEXTS.get(ymd)
     if text is None:
-        if len(_YMD) >= _CACHE_MAX:
-            _YMD.clear()
+        if len(YMD_TEXTS) >= _CACHE_MAX:
+            YMD_TEXTS.clear()
         ym = ymd >> 5
-        text = _YMD[ymd] = f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d}"
+        text = YMD_TEXTS[ymd] = f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d}"
     return text
 
 
-def _hms_text(hms: int) -> str:
+def hms_text(hms: int) -> str:
     """DATETIME2's 17-bit hour/minute/second part as ``HH:MM:SS`` (cached)."""
-    text = _TIMES.get(hms)
-    if text is None and len(_TIMES) >= _CACHE_MAX:
-        _TIMES.clear()
+    text = HMS_TEXTS.get(hms)
+    if text is None and len(HMS_TEXTS) >= _CACHE_MAX:
+        HMS_TEXTS.clear()
     if text is None:
-        text = _TIMES[hms] = f"{hms >> 12:02d}:{hms >> 6 & 63:02d}:{hms & 63:02d}"
+        text = HMS_TEXTS[hms] = f"{hms >> 12:02d}:{hms >> 6 & 63:02d}:{hms & 63:02d}"
     return text
 
 
 def datetime2_text(view: memoryview, pos: int, fsp: int) -> str:
     """DATETIME2(fsp): 5 bytes big-endian (offset 0x8000000000) then the fraction."""
     packed = int.from_bytes(view[pos:pos + 5], "big") - 0x8000000000
-    text = f"{_ymd_text(packed >> 17)} {_hms_text(packed & 0x1FFFF)}"
+    text = f"{ymd_text(packed >> 17)} {hms_text(packed & 0x1FFFF)}"
     if fsp:
         return f"{text}{_fraction(_frac_usec(view, pos + 5, fsp), fsp)}"
     return text

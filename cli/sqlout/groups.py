@@ -103,11 +103,11 @@ class RowsRun:
     def __init__(self, first: E.RowsEvent, view: memoryview, stop: int, count: int, ends: bool, crc: int):
         self.first, self.view, self.start, self.stop = first, view, first.header.pos, stop
         self.count, self.ends, self.crc = count, ends, crc
-        self.head = first.header.event_length - crc - len(first._decode.data)
+        self.head = first.header.event_length - crc - len(first.images.data)
 
     def events(self) -> list[E.RowsEvent]:
         """The events one by one, as the decoder gives them (for the reference path)."""
-        first, images, view, out, pos = self.first, self.first._decode, self.view, [], self.start
+        first, images, view, out, pos = self.first, self.first.images, self.view, [], self.start
         fh = first.header
         while pos < self.stop:
             length = int.from_bytes(view[pos + 9:pos + 13], "little")

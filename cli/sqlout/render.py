@@ -114,7 +114,7 @@ class Renderer:
         Raises:
             SqlOutError, EventDecodeError: the event's rows cannot be decoded or written exactly.
         """
-        images = ev._decode
+        images = ev.images
         if native.speedups_enabled() and type(images) is RowImages:
             if not len(images.data):
                 return []

@@ -142,7 +142,7 @@ def _shape(plan: TablePlan, present_bits: int, null_offset: int) -> _Shape | Non
 def _writer(plan: TablePlan, event: E.RowsEvent, invert: bool) -> tuple | None:
     """The arguments ``C.rows`` writes the event's statements with after its data: ``(first image, second
     image or None, what, head, invert)``; None when the reference must write them (see the module doc)."""
-    images = event._decode
+    images = event.images
     if not _speedups or type(images) is not RowImages or images.partial or \
             images.codec.columns is not plan.table_columns and images.codec.columns != plan.table_columns:
         return None
@@ -180,7 +180,7 @@ def row_lines(plan: TablePlan, event: E.RowsEvent, invert: bool) -> list[bytes] 
     if args is None:
         return None
     first, second, what, head, reverse = args
-    return [C.rows(first, second, event._decode.data, what, head, reverse)[0]]
+    return [C.rows(first, second, event.images.data, what, head, reverse)[0]]
 
 
 def run_lines(plan: TablePlan, run, invert: bool) -> list[bytes] | None:

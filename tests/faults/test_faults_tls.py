@@ -19,7 +19,8 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from binlogd.cli.localserver import LocalServer, _run_sql, free_port
+from binlogd.cli.localserver import LocalServer, free_port
+from binlogd.cli.servertemplate import run_sql
 from tests.support.daemon import (
     DaemonProcess,
     base_overrides,
@@ -124,7 +125,7 @@ class SocketServer(LocalServer):
     """A LocalServer whose own admin and writer connections use the Unix socket (TCP needs TLS there)."""
 
     def sql(self, statement: str, *, database: str | None = None, timeout: float = 60.0) -> list[tuple]:
-        return _run_sql(self.binaries, statement, unix_socket=self.socket, user=self.user, password=self.password,
+        return run_sql(self.binaries, statement, unix_socket=self.socket, user=self.user, password=self.password,
                         database=database, timeout=timeout)
 
     def connect(self, *, repl: bool = False, **overrides):

@@ -298,7 +298,7 @@ def _corpus_samples() -> list[RowImages]:
             try:
                 for ev in iter_events(_read(path)):
                     for item in flatten(ev):
-                        images = getattr(item, "_decode", None)
+                        images = getattr(item, "images", None)
                         if type(images) is not RowImages or len(images.data) > 20000:
                             continue
                         key = (images.codec.columns, images.kind, images.present_before, images.present_after)
