@@ -127,6 +127,16 @@ class Daemon:
         """The current session's position tracker (None before the first session)."""
         return self.consumer.tracker if self.consumer is not None else None
 
+    @property
+    def running(self) -> bool:
+        """True from :meth:`start` until the sessions ended (stopped, or a fatal error)."""
+        return self._main is not None and not self._main.done()
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code once the sessions ended, else None."""
+        return self._main.result() if self._main is not None and self._main.done() else None
+
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> int:
         """Start, then run until stopped (exit 0) or a fatal error (its exit code)."""

@@ -226,6 +226,12 @@ class Decoder:
         return header, alg, end
 
     @property
+    def renumbered(self) -> bool:
+        """True while the FORMAT_DESCRIPTION read is a pre-GA 5.1 one (``-a_drop``) whose event type codes are
+        mapped to today's."""
+        return bool(self._type_permutation)
+
+    @property
     def crc_len(self) -> int:
         """The checksum bytes at the end of each event: 4 for CRC32, else 0."""
         return 4 if self.checksum_alg == CHECKSUM_CRC32 else 0

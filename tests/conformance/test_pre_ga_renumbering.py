@@ -49,7 +49,7 @@ def test_every_5x_corpus_file_reads_to_its_end_with_the_servers_numbering(entry)
     assert len(events) == entry.total
     fde = next(e for e in events if isinstance(e, E.FormatDescriptionEvent))
     assert fde.server_version == entry.server_version
-    assert bool(decoder._type_permutation) is ("-a_drop" in entry.server_version)
+    assert decoder.renumbered is ("-a_drop" in entry.server_version)
 
 
 def _rewritten(data: bytes, version: str, codes: dict[int, int]) -> bytes:
@@ -86,11 +86,11 @@ def test_a_5_1_15_ndb_file_uses_todays_numbers():
     """The issue's files: 5.1.15-ndb-6.1.x wrote today's numbers; renumbering them loses every TABLE_MAP."""
     original = M.data(OLD_5_2)
     decoder, want = _decoded(original)
-    assert decoder._type_permutation and {"TABLE_MAP", "PRE_GA_WRITE_ROWS", "PRE_GA_DELETE_ROWS"} <= {o["type"] for o in want}
+    assert decoder.renumbered and {"TABLE_MAP", "PRE_GA_WRITE_ROWS", "PRE_GA_DELETE_ROWS"} <= {o["type"] for o in want}
     ndb = _rewritten(original, "5.1.15-ndb-6.1.21-debug-log", TO_TODAY)
     assert ndb != original
     decoder, got = _decoded(ndb)
-    assert not decoder._type_permutation
+    assert not decoder.renumbered
     assert got == want
 
 
@@ -100,7 +100,7 @@ def test_other_a_drop_versions_are_renumbered_too():
     _, want = _decoded(original)
     for version in ("5.1.4-a_drop6p2", "5.1.2-a_drop5p9", "5.2.0-a_drop6p3"):
         decoder, got = _decoded(_rewritten(original, version, {}))
-        assert decoder._type_permutation and got == want, version
+        assert decoder.renumbered and got == want, version
 
 
 @pytest.mark.usefixtures("corpus")
