@@ -376,7 +376,7 @@ class HaConfig(Section):
         return self.name.strip() or f"{socket.gethostname()}:{os.getpid()}"
 
 
-BUS_KINDS = ("redis", "nats", "postgres")  # the sinks whose broker holds the checkpoint (and can hold a lease)
+BUS_KINDS = ("redis", "nats", "postgres", "mirror")  # the sinks whose broker holds the checkpoint (and a lease)
 
 
 @record
@@ -399,8 +399,8 @@ class Config:
     def __post_init__(self):
         if self.ha.mode == "lease" and self.sink.kind not in BUS_KINDS:
             raise ConfigError("ha.mode", f"'lease' needs a sink whose broker holds the lease and the checkpoint "
-                                         f"({', '.join(BUS_KINDS)}); sink.kind {self.sink.kind!r} writes files "
-                                         "only one instance can own")
+                                         f"({', '.join(BUS_KINDS)}); sink.kind {self.sink.kind!r} keeps its "
+                                         "position in a local checkpoint file only one instance can own")
 
     def redacted(self) -> dict:
         """A nested plain dict of every value, safe to log: the password is ``"***"`` (``""`` if unset)."""

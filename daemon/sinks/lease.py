@@ -1,13 +1,15 @@
 """The lease of ``[ha] mode = "lease"``: which of several binlogd instances is the active one, and its fencing epoch.
 
-The lease lives in the sink's own broker, beside the checkpoint: a Redis key, a NATS KV bucket, a PostgreSQL row.
+The lease lives in the sink's own broker, beside the checkpoint: a Redis key, a NATS KV bucket, a PostgreSQL row
+(the PostgreSQL sink's ``<table>_lease``, the mirror's ``binlogd_mirror_lease``).
 Taking it gives a new *epoch*, a number larger than every earlier one. The active instance renews the lease; a
 standby takes it once it was not renewed for ``lease_seconds``, measured by the broker's clock (Redis ``PX``,
 PostgreSQL ``now()``) or, for NATS, by the standby's own monotonic clock watching one KV revision stay unchanged.
 Clocks decide only how soon a standby takes over. Safety rests on the epoch alone: the sink's every commit checks
 its epoch inside the broker's own atomic step (``BusSink.epoch``: Redis WATCH/GET and the commit scripts,
-PostgreSQL ``SELECT ... FOR SHARE`` of the lease row in the rows' transaction, NATS a fence message that breaks
-the older writer's expected-last-sequence chain), so an instance whose lease was taken can never commit again.
+PostgreSQL and the mirror ``SELECT ... FOR SHARE`` of the lease row in the rows' transaction (:func:`check_fence`),
+NATS a fence message that breaks the older writer's expected-last-sequence chain), so an instance whose lease was
+taken can never commit again.
 
 Each lease has a connection of its own, on the daemon's event loop (the sink's worker thread keeps its own).
 """
@@ -212,6 +214,44 @@ def lease_table(table: str) -> str:
     return f"{table}_lease"
 
 
+MIRROR = "binlogd_mirror"  # the mirror's lease table is binlogd_mirror_lease, beside binlogd_mirror_checkpoint
+FENCE_IDLE_MS = 3000  # [ha]: the server ends a transaction idle this long (the commit's fence lock released)
+
+
+async def fence_session(conn) -> None:
+    """``[ha]``: set ``idle_in_transaction_session_timeout`` on ``conn`` (a psycopg AsyncConnection, not in
+    autocommit) and commit, so a paused instance cannot hold the lease row FOR SHARE for long."""
+    await conn.execute(f"SET idle_in_transaction_session_timeout = {FENCE_IDLE_MS}")
+    await conn.commit()
+
+
+def fence_query(table: str):
+    """The psycopg query that locks the lease row beside ``table`` (as :class:`PostgresLease`) FOR SHARE and reads
+    its epoch."""
+    from psycopg import sql
+
+    schema, _, name = lease_table(table).rpartition(".")
+    return sql.SQL("SELECT epoch FROM {l} WHERE id FOR SHARE").format(
+        l=sql.Identifier(*([schema] if schema else []), name))
+
+
+async def check_fence(conn, query, epoch: int, who: str) -> None:
+    """In a commit's open transaction on ``conn``, just before COMMIT: run ``query`` (:func:`fence_query`) and check
+    that the lease row holds ``epoch``. The row stays locked until the COMMIT, so no take slips in between.
+
+    Raises:
+        SinkError: (retryable) another instance took the lease (``who``: the sink, for the message); the
+            transaction is rolled back.
+    """
+    async with conn.cursor() as cur:
+        await cur.execute(query)
+        row = await cur.fetchone()
+    if row is None or row[0] != epoch:
+        await conn.rollback()
+        raise SinkError(f"{who}: fenced: epoch {epoch} was taken over (the lease row holds epoch "
+                        f"{row[0] if row else 'none'}); nothing of this commit was written")
+
+
 class NatsLease(Lease):
     """The lease as the key ``lease`` of the KV bucket ``binlogd_lease_<stream>``: its value the holder, its epoch
     the revision that took it. A standby that sees one revision unchanged for ``seconds`` (its own monotonic
@@ -321,7 +361,7 @@ class NatsLease(Lease):
 
 
 def lease_for(sink, holder: str, seconds: float) -> Lease:
-    """The lease in the broker of ``sink`` (a ``[sink]`` config of kind redis, nats or postgres).
+    """The lease in the broker of ``sink`` (a ``[sink]`` config of kind redis, nats, postgres or mirror).
 
     Raises:
         ValueError: another sink kind (the config refuses it first).
@@ -332,7 +372,10 @@ def lease_for(sink, holder: str, seconds: float) -> Lease:
         return NatsLease(sink.nats.url, sink.nats.stream, holder, seconds)
     if sink.kind == "postgres":
         return PostgresLease(sink.postgres.url, sink.postgres.table, holder, seconds)
+    if sink.kind == "mirror":
+        return PostgresLease(sink.mirror.url, MIRROR, holder, seconds)
     raise ValueError(f"no lease for sink kind {sink.kind!r}")
 
 
-__all__ = ["Lease", "NatsLease", "PostgresLease", "RedisLease", "epoch_key", "lease_for", "lease_table"]
+__all__ = ["FENCE_IDLE_MS", "MIRROR", "Lease", "NatsLease", "PostgresLease", "RedisLease", "check_fence", "epoch_key",
+           "fence_query", "fence_session", "lease_for", "lease_table"]

@@ -4,7 +4,9 @@ It rides the bus sinks' pipeline (:mod:`.bus`): the consumer's calls become ops 
 runs psycopg 3's :class:`psycopg.AsyncConnection`, in order, inside one open PostgreSQL transaction; each mark
 (a source transaction boundary) writes the checkpoint row and commits. So a reader never sees part of a source
 transaction (several may share one commit), and the checkpoint and the rows it covers commit together: the
-daemon resumes from the checkpoint PostgreSQL holds (the resume rule, :mod:`daemon.delivery.resumerule`).
+daemon resumes from the checkpoint PostgreSQL holds (the resume rule, :mod:`daemon.delivery.resumerule`). With
+``[ha]`` every commit first locks the lease row of ``binlogd_mirror_lease`` FOR SHARE and checks its epoch
+(:func:`.lease.check_fence`), so an instance whose lease was taken over never commits again.
 
 Ops: ``("table", TableDef, keys_known)`` before a table's first rows and after its TABLE_MAP changed (the table
 is created, or checked); ``("row", name, op, before, after, id)``; ``("ddl", query, db, file, pos, changes,
@@ -24,6 +26,7 @@ from binlogd.daemon.sinks.bus import (
     PIECE_BYTES,
     BusSink,
 )
+from binlogd.daemon.sinks.lease import MIRROR, check_fence, fence_query, fence_session
 from binlogd.daemon.sinks.mirrorddl import DdlError, tablemap_def
 from binlogd.daemon.sinks.mirrortables import CHECKPOINT, DataError, ShapeError, Tables, truncated
 from binlogd.library.checkpointfile import Checkpoint
@@ -189,6 +192,8 @@ class MirrorSink(BusSink):
 
         self._batch, self._batch_key = [], None
         self._conn = conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10, autocommit=False)
+        if self.epoch is not None:  # [ha]: a paused instance must not hold the lease row (FOR SHARE) for long
+            await fence_session(conn)
         async with conn.cursor() as cur:
             await cur.execute("SET TIME ZONE 'UTC'")
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext('binlogd mirror'))")  # one creator at once
@@ -267,6 +272,8 @@ class MirrorSink(BusSink):
 
     async def _commit(self, checkpoint: bytes | None) -> None:
         await self._apply_batch()
+        if self.epoch is not None:  # the lease row locked until COMMIT: no takeover in between
+            await check_fence(self._conn, fence_query(MIRROR), self.epoch, self.name)
         if checkpoint is not None:
             async with self._conn.cursor() as cur:
                 await cur.execute(f"INSERT INTO {CHECKPOINT} (id, checkpoint) VALUES (true, %s) "

@@ -22,7 +22,7 @@ from binlogd.daemon.sinks.bus import (
     BusSink,
 )
 from binlogd.daemon.sinks.frames import copy_rows
-from binlogd.daemon.sinks.lease import lease_table
+from binlogd.daemon.sinks.lease import check_fence, fence_query, fence_session
 from binlogd.library.checkpointfile import Checkpoint
 
 COLUMNS = {"seq": "bigint", "change": "jsonb", "source_file": "text", "source_pos": "bigint",
@@ -33,9 +33,6 @@ _CREATE = """CREATE TABLE IF NOT EXISTS {t} (seq bigserial PRIMARY KEY, change j
   schema_name text NOT NULL, table_name text NOT NULL, op text NOT NULL, server_id bigint)"""
 _CREATE_CP = ("CREATE TABLE IF NOT EXISTS {c} (id boolean PRIMARY KEY DEFAULT true CHECK (id), "
               "checkpoint jsonb NOT NULL)")
-
-
-FENCE_IDLE_MS = 3000  # [ha]: the server ends a transaction idle this long (the commit's fence lock released)
 
 
 def _text(value) -> bytes:
@@ -93,8 +90,7 @@ class PostgresSink(BusSink):
         self._copying = None
         self._conn = conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10, autocommit=False)
         if self.epoch is not None:  # [ha]: a paused instance must not hold the lease row (FOR SHARE) for long
-            await conn.execute(f"SET idle_in_transaction_session_timeout = {FENCE_IDLE_MS}")
-            await conn.commit()
+            await fence_session(conn)
         async with conn.cursor() as cur:
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))  # one creator at once
             await cur.execute(sql.SQL(_CREATE).format(t=t))
@@ -120,9 +116,7 @@ class PostgresSink(BusSink):
                                  "table_name, op, server_id) FROM STDIN").format(t=t)
         self._save_sql = sql.SQL("INSERT INTO {c} (id, checkpoint) VALUES (true, %s) "
                                  "ON CONFLICT (id) DO UPDATE SET checkpoint = excluded.checkpoint").format(c=c)
-        lease_schema, _, lease_name = lease_table(self.table).rpartition(".")
-        self._fence_sql = sql.SQL("SELECT epoch FROM {l} WHERE id FOR SHARE").format(
-            l=sql.Identifier(*([lease_schema] if lease_schema else []), lease_name))
+        self._fence_sql = fence_query(self.table)
         self._use_checkpoint(checkpoint)
 
     async def _write(self, piece: list) -> None:
@@ -158,25 +152,11 @@ class PostgresSink(BusSink):
     async def _commit(self, checkpoint: bytes | None) -> None:
         await self._end_copy()
         if self.epoch is not None:  # the lease row locked until COMMIT: no takeover in between
-            await self._fence()
+            await check_fence(self._conn, self._fence_sql, self.epoch, self.name)
         if checkpoint is not None:
             async with self._conn.cursor() as cur:
                 await cur.execute(self._save_sql, (checkpoint.decode(),))
         await self._conn.commit()
-
-    async def _fence(self) -> None:
-        """In the commit's transaction: lock the ``[ha]`` lease row FOR SHARE and check that its epoch is ours.
-
-        Raises:
-            SinkError: (retryable) another instance took the lease; the transaction is rolled back.
-        """
-        async with self._conn.cursor() as cur:
-            await cur.execute(self._fence_sql)
-            row = await cur.fetchone()
-        if row is None or row[0] != self.epoch:
-            await self._conn.rollback()
-            raise SinkError(f"{self.name}: fenced: epoch {self.epoch} was taken over (the lease row holds epoch "
-                            f"{row[0] if row else 'none'}); nothing of this commit was written")
 
     async def _disconnect(self) -> None:
         self._copying = None  # dies with the connection

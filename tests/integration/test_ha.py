@@ -1,11 +1,12 @@
-"""The ``[ha]`` lease and its fencing, on real brokers (Redis, NATS JetStream, PostgreSQL), sink by sink:
+"""The ``[ha]`` lease and its fencing, on real brokers (Redis, NATS JetStream, PostgreSQL), sink by sink (the
+PostgreSQL mirror too):
 
 - one instance takes the lease (renewals at the same moment all succeed); another cannot while it is renewed, and can once it was not renewed for
   ``lease_seconds``, with a larger epoch; the first one's renewal then says it lost it; a released lease is taken
   at once;
-- fencing: an instance whose lease was taken over can never commit again. Redis and PostgreSQL: a commit whose
-  changes went to the broker *before* the takeover (queued in a MULTI after its WATCH, or COPYed into the open
-  transaction) fails at its commit and leaves nothing; NATS: the taker's open fences the stream, and every later
+- fencing: an instance whose lease was taken over can never commit again. Redis, PostgreSQL and the mirror: a
+  commit whose changes went to the broker *before* the takeover (queued in a MULTI after its WATCH, or written
+  into the open transaction) fails at its commit and leaves nothing; NATS: the taker's open fences the stream, and every later
   publish of the old writer is refused. The broker then holds the first commit and the new active's, nothing else.
 """
 
@@ -18,11 +19,28 @@ import pytest
 
 from tests.support.brokers import KINDS, require
 from tests.support.busread import read_bus
-from tests.support.hasupport import commit, read_nats_changes, write
+from tests.support.hasupport import commit, mirror_sink, read_mirror_ids, read_nats_changes, write
 
 pytestmark = pytest.mark.server
 
 LEASE = 1.0
+SINKS = ["redis", "nats", "postgres", "mirror"]
+PG_LEASE = {"postgres": "binlogd_changes_lease", "mirror": "binlogd_mirror_lease"}
+
+
+def _pg_lease_row(url: str, table: str) -> tuple:
+    """(epoch, holder) of the lease row in ``table``."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute(f"SELECT epoch, holder FROM {table} WHERE id").fetchone()
+
+
+def _broker(kind: str):
+    """A started broker for ``kind`` (the mirror's is PostgreSQL)."""
+    kind = "postgres" if kind == "mirror" else kind
+    require(kind)
+    return KINDS[kind]()
 
 
 def _lease(kind: str, url: str, name: str):
@@ -38,13 +56,16 @@ def _sink(kind: str, url: str, epoch: int):
     from binlogd.daemon.sinks.postgres import PostgresSink
     from binlogd.daemon.sinks.redis import RedisSink
 
-    sink = {"redis": RedisSink, "nats": NatsSink, "postgres": PostgresSink}[kind](url)
+    sink = mirror_sink(url) if kind == "mirror" else {"redis": RedisSink, "nats": NatsSink,
+                                                      "postgres": PostgresSink}[kind](url)
     sink.epoch = epoch
     sink.open(None)
     return sink
 
 
 def _ids(kind: str, url: str) -> list[int]:
+    if kind == "mirror":
+        return read_mirror_ids(url)
     changes = read_nats_changes(url) if kind == "nats" else read_bus(kind, url)
     return [c["after"]["id"] for c in changes]
 
@@ -58,10 +79,9 @@ async def _take_after_expiry(lease, deadline: float = 10.0) -> float:
     return time.monotonic() - start
 
 
-@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+@pytest.mark.parametrize("kind", SINKS)
 def test_lease_taken_only_once_expired_with_a_larger_epoch(kind):
-    require(kind)
-    with KINDS[kind]() as broker:
+    with _broker(kind) as broker:
         async def go():
             a, b, c = (_lease(kind, broker.url, name) for name in "abc")
             try:
@@ -80,6 +100,8 @@ def test_lease_taken_only_once_expired_with_a_larger_epoch(kind):
                 await b.release()
                 assert await c.take()  # released: taken at once
                 assert c.epoch > first
+                if kind in PG_LEASE:  # the row README names
+                    assert _pg_lease_row(broker.url, PG_LEASE[kind]) == (c.epoch, "c")
             finally:
                 for lease in (a, b, c):
                     await lease.close()
@@ -87,12 +109,11 @@ def test_lease_taken_only_once_expired_with_a_larger_epoch(kind):
         asyncio.run(go())
 
 
-@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+@pytest.mark.parametrize("kind", SINKS)
 def test_a_taken_over_instance_never_commits_again(kind):
     from binlogd.daemon.sinks import SinkError
 
-    require(kind)
-    with KINDS[kind]() as broker:
+    with _broker(kind) as broker:
         a_lease, b_lease = _lease(kind, broker.url, "a"), _lease(kind, broker.url, "b")
 
         async def take_and_close(lease):

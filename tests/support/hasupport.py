@@ -1,5 +1,6 @@
 """Helpers of the ``[ha]`` tests: reading a NATS stream's changes past binlogd's own subjects (the checkpoint and
-the fences, ``_binlogd.*``), and driving a bus sink by hand (changes with ids, a commit with a checkpoint)."""
+the fences, ``_binlogd.*``), and driving a bus sink or the mirror by hand (changes with ids, a commit with a
+checkpoint)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,29 @@ def read_nats_changes(url: str, stream: str = "BINLOGD") -> list:
             await nc.close()
 
     return asyncio.run(go())
+
+
+def mirror_sink(url: str):
+    """A MirrorSink on ``url`` that knows the table of :func:`change` (``d.a``: ``id`` int primary key, ``v``
+    varchar(64)), as the schema history would tell it."""
+    from binlogd.daemon.sinks.mirror import MirrorSink
+    from binlogd.library.schema.model import ColumnDef, TableDef, compile_schema
+
+    table = TableDef("d", "a", (ColumnDef("id", "int", nullable=False), ColumnDef("v", "varchar", 64,
+                                                                                    charset="utf8mb4")), ("id",))
+    sink = MirrorSink(url)
+    sink.use_schema(lambda schema, name: compile_schema(table) if (schema, name) == ("d", "a") else None)
+    return sink
+
+
+def read_mirror_ids(url: str) -> list[int]:
+    """The keys of the mirrored ``d.a`` (none when it is not there yet), in order."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        if conn.execute("SELECT to_regclass('d.a')").fetchone()[0] is None:
+            return []
+        return [r[0] for r in conn.execute("SELECT id FROM d.a ORDER BY id").fetchall()]
 
 
 def change(i: int, file: str = "b.000001") -> dict:

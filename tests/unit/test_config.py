@@ -417,7 +417,7 @@ def test_ha_defaults_and_holder():
     assert c.ha.holder == "pod-1" and c.ha.mode == "lease"
 
 
-@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres", "mirror"])
 def test_ha_lease_with_a_bus_sink(tmp_path, kind):
     path = write(tmp_path, f'[sink]\nkind = "{kind}"\n[ha]\nmode = "lease"\nlease_seconds = 2\n')
     c = load_config(path, env={})
@@ -430,7 +430,8 @@ def test_ha_lease_with_a_file_sink_is_refused(tmp_path, kind):
     with pytest.raises(ConfigError) as err:
         load_config(path, env={})
     assert str(err.value).startswith("config error: ha.mode: 'lease' needs a sink whose broker holds the lease")
-    assert f"sink.kind '{kind}'" in str(err.value) and str(err.value).endswith(f"(from {path})")
+    assert f"sink.kind '{kind}' keeps its position in a local checkpoint file" in str(err.value)
+    assert "(redis, nats, postgres, mirror)" in str(err.value) and str(err.value).endswith(f"(from {path})")
 
 
 @pytest.mark.parametrize("key,text", [("ha.mode", "active"), ("ha.lease_seconds", "0.1"), ("ha.lease_seconds", "x")])
