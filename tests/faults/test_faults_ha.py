@@ -2,9 +2,11 @@
 real broker): two ``binlogd run`` processes share one broker, one active, one standing by.
 
 - SIGKILL of the active: the standby takes over within ``lease_seconds`` + a little, and the broker's contents,
-  read back independently, replay to the tables' final contents with no transaction twice or missing.
+  read back independently, replay to the tables' final contents with no transaction twice or missing; the same
+  for the PostgreSQL mirror, whose tables then equal the source's value by value.
 - SIGSTOP of the active past its lease: the standby takes over; after SIGCONT the old active is fenced (its
-  commits fail in the broker's own atomic step), steps down to standby and delivers nothing; exactly once again.
+  commits fail in the broker's own atomic step), steps down to standby and delivers nothing; exactly once again
+  (the mirror too).
 - three instances, the active killed twice: each time one standby takes over, exactly once at the end;
 - the broker SIGKILLed and restarted while the lease is held: one active at the end, exactly once;
 - the active cut off from the broker (a TCP proxy stalls its connections both ways and refuses new ones) past its
@@ -22,11 +24,13 @@ from collections import Counter
 
 import pytest
 
+from tests.integration.test_mirror import assert_equal
 from tests.support.brokers import KINDS, require
 from tests.support.busread import read_bus, write_jsonl
 from tests.support.daemon import DaemonProcess, base_overrides, scrape, wait_caught_up
 from tests.support.faults import (
     SCHEMA,
+    TABLES,
     Writer,
     check_exactly_once,
     create_tables,
@@ -51,8 +55,20 @@ def ha_daemon(srv, workdir, kind: str, broker, name: str) -> DaemonProcess:
         "ha.mode": "lease", "ha.lease_seconds": str(LEASE), "ha.name": name}))
 
 
+def broker_of(kind: str):
+    """A broker for ``kind``, not started (the mirror's is PostgreSQL)."""
+    kind = "postgres" if kind == "mirror" else kind
+    require(kind)
+    return KINDS[kind]()
+
+
 def read_back_once(srv, kind: str, broker, writer, tmp_path, total: int) -> None:
-    """The broker's contents, read back: no change twice, and their replay equal to the tables."""
+    """The broker's contents, read back: no change twice, and their replay equal to the tables (the mirror's
+    tables: equal to the source's, value by value)."""
+    if kind == "mirror":
+        for table in TABLES:
+            assert_equal(srv, broker, SCHEMA, table)
+        return
     changes = read_nats_changes(broker.url) if kind == "nats" else read_bus(kind, broker.url)
     changes = [c for c in changes if c.get("schema") == SCHEMA]
     assert max(Counter(c["source"]["id"] for c in changes).values()) == 1
@@ -85,11 +101,10 @@ def finish(srv, kind, broker, writer, tmp_path, active: DaemonProcess, total: in
     read_back_once(srv, kind, broker, writer, tmp_path, total)
 
 
-@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres", "mirror"])
 def test_ha_sigkill_active_standby_takes_over(tmp_path, kind):
-    require(kind)
     total = 600
-    with KINDS[kind]() as broker, local_server() as srv:
+    with broker_of(kind) as broker, local_server() as srv:
         create_tables(srv)
         writer = Writer(srv, total=total, rate=150, big_every=25, seed=3)
         a, b = start_pair(srv, tmp_path, kind, broker)
@@ -115,11 +130,10 @@ def test_ha_sigkill_active_standby_takes_over(tmp_path, kind):
                     d.kill()
 
 
-@pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
+@pytest.mark.parametrize("kind", ["redis", "nats", "postgres", "mirror"])
 def test_ha_sigstop_active_is_fenced(tmp_path, kind):
-    require(kind)
     total = 600
-    with KINDS[kind]() as broker, local_server() as srv:
+    with broker_of(kind) as broker, local_server() as srv:
         create_tables(srv)
         writer = Writer(srv, total=total, rate=150, big_every=25, seed=5)
         a, b = start_pair(srv, tmp_path, kind, broker)
