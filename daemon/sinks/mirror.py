@@ -58,7 +58,7 @@ class MirrorSink(BusSink):
         self._maps: dict[tuple[str, str], tuple] = {}   # name -> (TABLE_MAP columns, TableDef, keys known)
         self._sent: dict[tuple[str, str], object] = {}  # name -> the TableDef last handed on (consumer side)
         self._file, self._version = "", ""
-        self._conn = None
+        self._conn = self._fence_sql = None
         self._batch: list = []
         self._batch_key = None
 
@@ -194,6 +194,7 @@ class MirrorSink(BusSink):
         self._conn = conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=10, autocommit=False)
         if self.epoch is not None:  # [ha]: a paused instance must not hold the lease row (FOR SHARE) for long
             await fence_session(conn)
+            self._fence_sql = fence_query(MIRROR)
         async with conn.cursor() as cur:
             await cur.execute("SET TIME ZONE 'UTC'")
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext('binlogd mirror'))")  # one creator at once
@@ -273,7 +274,7 @@ class MirrorSink(BusSink):
     async def _commit(self, checkpoint: bytes | None) -> None:
         await self._apply_batch()
         if self.epoch is not None:  # the lease row locked until COMMIT: no takeover in between
-            await check_fence(self._conn, fence_query(MIRROR), self.epoch, self.name)
+            await check_fence(self._conn, self._fence_sql, self.epoch, self.name)
         if checkpoint is not None:
             async with self._conn.cursor() as cur:
                 await cur.execute(f"INSERT INTO {CHECKPOINT} (id, checkpoint) VALUES (true, %s) "
