@@ -474,9 +474,9 @@ class Daemon:
         if self.lease is not None:
             await self._confirm_lease()
         if self._started or self.lease is not None:  # [ha]: opened with the lease's epoch, as the broker has it
-            durable = self.committer.durable
-            await self.committer.drain()
+            await self.committer.drain()  # the sync in flight ends first: the sink reopens at what it made durable
             await asyncio.to_thread(self.sink.close)
+            durable = self.committer.durable
             await asyncio.to_thread(self.sink.open, durable.sink if durable else None)
             self.committer.durable = adopt(self.sink, self.committer.durable, self.log, self.metrics)
 
