@@ -38,7 +38,6 @@ from tests.support.faults import (
     metrics_port,
     scrape_metric,
 )
-from tests.support.hasupport import read_nats_changes
 
 pytestmark = pytest.mark.server
 
@@ -69,7 +68,7 @@ def read_back_once(srv, kind: str, broker, writer, tmp_path, total: int) -> None
         for table in TABLES:
             assert_equal(srv, broker, SCHEMA, table)
         return
-    changes = read_nats_changes(broker.url) if kind == "nats" else read_bus(kind, broker.url)
+    changes = read_bus(kind, broker.url)
     changes = [c for c in changes if c.get("schema") == SCHEMA]
     assert max(Counter(c["source"]["id"] for c in changes).values()) == 1
     stats = check_exactly_once(srv, write_jsonl(changes, tmp_path / "readback"), writer, f"ha {kind}")

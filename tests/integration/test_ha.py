@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.brokers import KINDS, require
 from tests.support.busread import read_bus
-from tests.support.hasupport import commit, mirror_sink, read_mirror_ids, read_nats_changes, write
+from tests.support.hasupport import commit, mirror_sink, read_mirror_ids, write
 
 pytestmark = pytest.mark.server
 
@@ -66,7 +66,7 @@ def _sink(kind: str, url: str, epoch: int):
 def _ids(kind: str, url: str) -> list[int]:
     if kind == "mirror":
         return read_mirror_ids(url)
-    changes = read_nats_changes(url) if kind == "nats" else read_bus(kind, url)
+    changes = read_bus(kind, url)
     return [c["after"]["id"] for c in changes]
 
 

@@ -4,37 +4,6 @@ checkpoint)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-
-
-def read_nats_changes(url: str, stream: str = "BINLOGD") -> list:
-    """Every change message of JetStream ``stream`` by sequence: binlogd's own subjects (``_binlogd.``: the
-    checkpoint, the [ha] fences) and deleted sequences passed over; each message's Binlogd-Source is its id."""
-    import nats
-    from nats.js.errors import NotFoundError
-
-    async def go():
-        nc = await nats.connect(url)
-        try:
-            js = nc.jetstream()
-            info = await js.stream_info(stream)
-            out = []
-            for seq in range(info.state.first_seq, info.state.last_seq + 1):
-                try:
-                    msg = await js.get_msg(stream, seq)
-                except NotFoundError:
-                    continue
-                if not msg.subject.startswith("_binlogd."):
-                    change = json.loads(msg.data)
-                    assert (msg.headers or {}).get("Binlogd-Source") == change["source"]["id"], (seq, msg.headers)
-                    out.append(change)
-            return out
-        finally:
-            await nc.close()
-
-    return asyncio.run(go())
-
 
 def mirror_sink(url: str):
     """A MirrorSink on ``url`` that knows the table of :func:`change` (``d.a``: ``id`` int primary key, ``v``
