@@ -95,15 +95,14 @@ def _talk(port: int, data: bytes, done: Callable[[bytes], bool], timeout: float 
         return buf
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (zombies excluded)."""
-    for stat in glob.glob("/proc/[0-9]*/stat"):
+def _alive(pids: list[int]) -> bool:
+    """Whether one of ``pids`` still runs (zombies excluded)."""
+    for pid in pids:
         try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()  # state ppid pgrp ...
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
     return False
 
 
@@ -271,15 +270,18 @@ class Broker:
             time.sleep(0.05)
 
     def _reap(self) -> None:
-        pgid = self._proc.pid  # start_new_session: the leader's pid is the group id
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL the broker's whole tree (its group, and PostgreSQL's backends, each in a session of its own),
+        then wait until none of it runs: a restart must not find the old shared memory still attached."""
+        tree = self._tree()
+        for pid in [-self._proc.pid, *tree]:  # start_new_session: the leader's pid is the group id
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self._proc.wait()
         self._proc = None
-        deadline = time.monotonic() + 5
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10
+        while _alive(tree) and time.monotonic() < deadline:
             time.sleep(0.02)
 
 
