@@ -114,6 +114,7 @@ class Daemon:
         self._main: asyncio.Task | None = None
         self._watchdog: asyncio.Task | None = None
         self._session_task: asyncio.Task | None = None  # the session in flight
+        self._sink_busy: asyncio.Future | None = None   # the sink's open or close in its thread (_sink_call)
         self._ending: asyncio.Event | None = None        # its consumer's stop event, once it has one
         self._streaming = False     # the session in flight reached its consumer
         self._deadline: asyncio.TimerHandle | None = None  # stop(): cancels a streaming session at shutdown_seconds
@@ -160,7 +161,7 @@ class Daemon:
             loaded = self.store.load()
             state = ResumeState.from_checkpoint(loaded) if loaded else None
             if self.lease is None:  # with [ha] the sink opens once the lease is ours (_reopen_sink)
-                await asyncio.to_thread(self.sink.open, loaded.sink if loaded else None)
+                await self._sink_call(self.sink.open, loaded.sink if loaded else None)
                 state = adopt(self.sink, state, self.log, self.metrics)
                 self.metrics.ha_active(0)
         except (CheckpointError, SinkError) as exc:
@@ -232,7 +233,7 @@ class Daemon:
             await close_tasks(self._watchdog)
             self.metrics.set_up(False)
             await self.committer.drain()
-            await asyncio.to_thread(self.sink.close)
+            await self._sink_call(self.sink.close)
             if self.lease is not None:
                 await standby.give_up(self.lease, self.log)
             if self.schema is not None:
@@ -313,7 +314,7 @@ class Daemon:
         self.metrics.set_up(False)
         self.metrics.ha_standby()
         await self.committer.drain()
-        await asyncio.to_thread(self.sink.close)
+        await self._sink_call(self.sink.close)
         if not self._started:
             self._start = None
 
@@ -464,6 +465,17 @@ class Daemon:
             selected=cfg.filters.table_selected, sink_kind=cfg.sink.kind, binlogd_format=cfg.sink.format == "binlogd",
             start_kind=cfg.source.start_spec.kind, checkpointed=self._checkpointed)
 
+    async def _sink_call(self, fn, *args):
+        """``fn(*args)`` (the sink's open or close) in a thread, after the one before it ended: a cancelled
+        session's open runs on in its thread, and no close may run beside it. Returns what ``fn`` returns."""
+        busy = self._sink_busy
+        if busy is not None:
+            await asyncio.wait([busy])
+            if not busy.cancelled():
+                busy.exception()  # retrieved: the caller that awaited it saw it, or was cancelled
+        self._sink_busy = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        return await asyncio.shield(self._sink_busy)
+
     def _checkpointed(self) -> None:
         """A durable checkpoint exists (a snapshot committed one): a new session resumes from it."""
         self._started = True
@@ -475,9 +487,9 @@ class Daemon:
             await self._confirm_lease()
         if self._started or self.lease is not None:  # [ha]: opened with the lease's epoch, as the broker has it
             await self.committer.drain()  # the sync in flight ends first: the sink reopens at what it made durable
-            await asyncio.to_thread(self.sink.close)
+            await self._sink_call(self.sink.close)
             durable = self.committer.durable
-            await asyncio.to_thread(self.sink.open, durable.sink if durable else None)
+            await self._sink_call(self.sink.open, durable.sink if durable else None)
             self.committer.durable = adopt(self.sink, self.committer.durable, self.log, self.metrics)
 
     async def _check_source(self, session: Session, info: ServerInfo) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -163,3 +164,38 @@ async def test_reconnect_does_not_wait_for_a_sync_but_the_sink_reopens_after_it(
     assert opened == [False, True]
     assert by_gtid(sink_rows(tmp_path)) == {f"{UENUM}:3": ["insert"], f"{UENUM}:4": ["update"],
                                            f"{UENUM}:5": ["delete"]}
+
+
+async def test_stop_during_a_reopen_closes_the_sink_after_the_open(tmp_path, monkeypatch):
+    """A stop while the new session reopens the sink (in its thread, which a cancel cannot cut short): the sink
+    closes once that open has ended, never beside it, and the daemon ends at once after."""
+    monkeypatch.setattr(consumer, "COMMIT_EVERY", 1)
+    calls: list[tuple[str, float]] = []
+    reopening = threading.Event()
+
+    async def main():
+        async with FakePrimary(binlog(FENUM), password=PASSWORD, close_after=12) as primary:
+            running = Running(config(tmp_path, primary.port, f"gtid:{UENUM}:1-2"), primary)
+            d = running.daemon
+            opener, closer = d.sink.open, d.sink.close
+
+            def slow_open(state):
+                calls.append(("open", time.monotonic()))
+                if len(calls) > 2:  # the reopen: the first open, then the reopen's close, came before it
+                    reopening.set()
+                    time.sleep(1.0)
+                opener(state)
+                calls.append(("opened", time.monotonic()))
+
+            d.sink.open = slow_open
+            d.sink.close = lambda: (calls.append(("close", time.monotonic())), closer())[1]
+            async with running:
+                await running.wait(reopening.is_set, 10, "the reopen")
+                began = time.monotonic()
+                assert await running.stop() == 0
+                return time.monotonic() - began
+
+    took = await within(main())
+    names = [name for name, _ in calls]
+    assert names[-3:] == ["open", "opened", "close"], f"the close ran beside the open: {names}"
+    assert took < 5, f"the stop took {took:.1f}s"
