@@ -29,6 +29,9 @@ benchmark in one command:
    ``--pure-python`` runs binlogd with ``BINLOGD_PURE_PYTHON=1`` (no C speedups);
    ``--compare PYTHON`` also times the ``binlogd run`` of another installation (another commit's
    venv) in the same rounds, as "binlogd (compare)", for before/after figures from one run.
+5. ``--changes 230000,575000,2000000`` runs the whole benchmark once per backlog size (row changes; each
+   size its own server and rounds) and ends with one table of the ratios by size: whether they hold as the
+   backlog grows.
 """
 
 from __future__ import annotations
@@ -197,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schema-source", default="auto", choices=("auto", "none"),
                     help="binlogd's [schema] source (default auto, binlogd's default; none: no schema history, "
                          "the same output with FULL row metadata, without its seed's scan of the backlog)")
+    ap.add_argument("--changes", metavar="N,N,...",
+                    help="row changes per backlog, comma-separated (e.g. 230000,575000,2000000): the whole "
+                         "benchmark once per size, then the ratios by size (overrides --rows)")
     ns = ap.parse_args(argv)
+    if ns.changes:
+        return by_size(ns, argv if argv is not None else sys.argv[1:])
     if ns.rows < 20:
         ap.error("--rows must be at least 20")
     peer_version = installed_peer_version()
@@ -334,6 +342,38 @@ def main(argv: list[str] | None = None) -> int:
     if mismatch:
         print(f"ROW COUNT MISMATCH: {result['row_counts']}", file=sys.stderr)
         return 1
+    return 0
+
+
+CHANGES_PER_ROW = 1.15   # write_workload: the inserts, then rows/10 updates and rows/20 deletes
+
+
+def by_size(ns, argv: list[str]) -> int:
+    """The benchmark once per size of ``--changes`` (each a child run with ``--rows`` and ``--json``, its
+    output on stderr as it goes), then a table of rows/s and ratios by size. Returns 1 when a run failed."""
+    sizes = [int(n) for n in ns.changes.split(",")]
+    rest = [a for a in argv if not a.startswith("--changes") and a != ns.changes and a != "--json"]
+    results = []
+    for changes in sizes:
+        rows = max(20, round(changes / CHANGES_PER_ROW))
+        log(f"--- backlog of about {changes} row changes ({rows} inserted rows)")
+        child = subprocess.run([sys.executable, "-m", "bench.cdc", *rest, "--rows", str(rows), "--json"],
+                               stdout=subprocess.PIPE, text=True)
+        if child.returncode != 0:
+            print(f"the run with {rows} rows failed (exit {child.returncode})", file=sys.stderr)
+            return 1
+        results.append(json.loads(child.stdout))
+    if ns.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"cdc benchmark by backlog size, {results[0]['date']}, {results[0]['server']}, {ns.repeat} interleaved "
+          "rounds per size, best of each")
+    print(f"  {'row changes':>12} {'binlogd rows/s':>15} {'/ mariadb-binlog remote':>24} {'/ files':>8} "
+          f"{'/ python-mysql-replication':>27}")
+    for r in results:
+        print(f"  {r['workload']['row_changes']:>12,} {r['rows_per_s']['binlogd']['best']:>15,.0f} "
+              f"{r['ratio_binlogd_vs_mariadb_binlog_remote']:>23.2f}x {r['ratio_binlogd_vs_mariadb_binlog_files']:>7.2f}x "
+              f"{r['ratio_binlogd_vs_python_mysql_replication']:>26.1f}x")
     return 0
 
 
