@@ -132,7 +132,8 @@ class SinkConfig(Section):
     format (change events as ``binlogd`` writes them or in Debezium's envelope, ``debezium``; not for archive);
     server_name (Debezium's ``source.name``, the logical server name); transaction_events, schema_events,
     heartbeat_seconds (the events beyond rows: begin/commit around each transaction's changes, one per DDL on a
-    selected table, a heartbeat after that many idle seconds, 0: none); upload (:class:`UploadConfig`, archive
+    selected table, a heartbeat after that many idle seconds, 0: none; not for the mirror and archive, whose
+    destinations on the bus sinks :meth:`events` gives); upload (:class:`UploadConfig`, archive
     only); redis, nats, postgres (the bus sinks' subsections); mirror (the PostgreSQL mirror's)."""
 
     SECTION: ClassVar[str] = "sink"
