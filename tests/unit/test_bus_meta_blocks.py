@@ -71,3 +71,11 @@ def test_postgres_meta_copy_line():
     assert line == b'{"ddl":"x\\\\\\\\y"}\tb.000001:500:0:ddl.0\tddl\tb.000001\t500\t0-1-5\ts\ta\t7\n'
     beat = ("", "", "b.000001", 4, "heartbeat", None, "heartbeat", None, "b.000001:4:h9")
     assert meta_text(beat, b"{}\n") == b"{}\tb.000001:4:h9:heartbeat\theartbeat\tb.000001\t4\t\\N\t\\N\t\\N\t\\N\n"
+
+
+def test_nats_meta_hpub_joins_the_ha_chain():
+    sink = NatsSink("nats://127.0.0.1:1", events=EVENTS)
+    sink.epoch, sink._last_id = 3, "7:b.000001:90:0:4"
+    got = sink._hpub(b"T", "7:b.000001:100:0:begin", 41, b"{}")
+    assert b"Nats-Expected-Last-Msg-Id: 7:b.000001:90:0:4\r\n\r\n{}" in got
+    assert sink._last_id == "7:b.000001:100:0:begin"
