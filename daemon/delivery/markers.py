@@ -2,9 +2,10 @@
 changes, a schema change per selected table a DDL changed, a heartbeat when nothing was written for a while
 (``[sink] transaction_events``, ``schema_events``, ``heartbeat_seconds``; :mod:`binlogd.library.metaevents`).
 
-Each goes to the sink in stream order with the changes, and is committed with them: a crash cuts the sink back to
-a transaction boundary, so a begin is never delivered without its commit, and an event is never delivered twice
-(its id, :mod:`binlogd.library.identity`, is the same when it is written again).
+Each goes to the sink in stream order with the changes (the bus sinks: to a stream, subject or table of its kind),
+and is committed with them: a crash cuts the sink back to a transaction boundary (NATS: skips what its stream
+holds), so a begin is never delivered without its commit, and an event is never delivered twice (its id,
+:mod:`binlogd.library.identity`, is the same when it is written again).
 """
 
 from __future__ import annotations

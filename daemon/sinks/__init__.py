@@ -36,7 +36,7 @@ def make_sink(config, metrics=None, log=None) -> Sink:
         from binlogd.daemon.sinks.mirror import MirrorSink
 
         return MirrorSink(config.mirror.url, config.mirror.schemas())
-    fmt = {"format": config.format, "server_name": config.server_name}
+    fmt = {"format": config.format, "server_name": config.server_name, "events": config.events()}
     if config.kind == "redis":
         from binlogd.daemon.sinks.redis import RedisSink
 

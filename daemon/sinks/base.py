@@ -62,7 +62,7 @@ class Sink:
 
     def meta(self, event: dict) -> None:
         """One event beyond rows (:mod:`library.metaevents`: a transaction's begin or commit, a schema change,
-        a heartbeat), in stream order with the changes; the jsonl and stdout sinks write them.
+        a heartbeat), in stream order with the changes; the jsonl, stdout and bus sinks write them.
 
         Raises:
             SinkError: this sink does not write them (the configuration check keeps this from happening).

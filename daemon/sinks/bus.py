@@ -23,6 +23,10 @@ Because every mark commits as soon as the worker reaches it, the broker may be a
 durable state when a session fails. ``open`` therefore reads what the broker holds (its checkpoint, or for
 NATS the last message) and drops re-read changes at or before it (:attr:`BusSink._skip`), and a checkpoint
 older than the broker's is never written back.
+
+The events beyond rows (:meth:`BusSink.meta`: a transaction's begin and commit, a schema change, a heartbeat) go
+through the same pipeline, one block each whose meta's row is the id's word (a str), and are committed with the
+changes; each worker routes such a block to its kind's stream, subject or table (:attr:`BusSink.events`).
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from urllib.parse import urlsplit
 import orjson
 
 from binlogd.daemon.sinks.base import Sink, SinkError
-from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, rows_writer
+from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, meta_formatter, rows_writer, transaction_lines
 from binlogd.library.identity import boundary_key, order_key, stream_prefix
+from binlogd.library.metaevents import KINDS
 from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
 
@@ -65,6 +70,8 @@ class BusSink(Sink):
         url: the broker's URL.
         max_change_bytes: a change's message may be this big at most (a bigger one: SinkError, exit 7).
         format, server_name: the change events' format (:func:`library.debezium.formatter`).
+        events: where the events beyond rows go, by kind (:data:`library.metaevents.KINDS`: "transaction",
+            "schema", "heartbeat") to the stream, subject or table named for it; a kind not named is not written.
     Fields:
         name: "<kind> sink at <url without password>", for messages.
         remote: the Checkpoint the broker held at :meth:`open` (Redis, PostgreSQL), else None.
@@ -78,10 +85,12 @@ class BusSink(Sink):
     epoch: int | None = None
 
     def __init__(self, url: str, max_change_bytes: int, format: str = "binlogd",
-                 server_name: str = DEFAULT_SERVER_NAME):
+                 server_name: str = DEFAULT_SERVER_NAME, events: dict | None = None):
         self.url, self.max_change_bytes = url, max_change_bytes
         self.name = f"{self.KIND} sink at {redact(url)}"
         self._json, self._lines = formatter(format, server_name), rows_writer(format, server_name)
+        self._meta_json, self._server_name = meta_formatter(format, server_name), server_name
+        self.events = dict(events or {})
         self.remote = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -119,10 +128,41 @@ class BusSink(Sink):
                 src.get("gtid"), change.get("op"), src.get("server_id"), prefix)
         self._add(meta, self._payload(change) + b"\n", 1)
 
-    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
+    def meta(self, event: dict) -> None:
+        """:meth:`Sink.meta`: one block of one message, its meta's row the id's word (``begin``, ``commit``,
+        ``ddl.<k>``, ``heartbeat``: a str, where a change's row is an int), for the stream, subject or table
+        of its kind (:attr:`events`). Skipped when the broker holds it (:attr:`_skip`), as a change.
+
+        Raises:
+            SinkError: (fatal, exit 6) its kind has no destination; (fatal, exit 7) over max_change_bytes.
+        """
+        src, op = event["source"], event["op"]
+        if KINDS[op] not in self.events:
+            raise SinkError(f"{self.name}: no {KINDS[op]} destination for a {op} event", fatal=True,
+                            exit_code=EXIT_MISCONFIGURED)
+        if self._skip is not None:
+            if order_key(src["id"]) <= self._skip:
+                return
+            self._skip = None  # the stream is past what the broker holds
+        payload = self._meta_json(event)
+        if len(payload) > self.max_change_bytes:
+            raise SinkError(f"{self.name}: the {op} event {src['id']} is {len(payload)} bytes, over the limit of "
+                            f"{self.max_change_bytes} ({self._limit_name()})", fatal=True, exit_code=EXIT_DATA)
+        prefix, _, word = src["id"].rpartition(":")
+        meta = (event.get("schema") or "", event.get("table") or "", src.get("file") or "", src.get("pos") or 0,
+                word, src.get("gtid"), op, src.get("server_id"), prefix)
+        self._piece.append((meta, payload + b"\n", 1))
+        self._piece_bytes += len(payload) + 64
+        if self._piece_bytes >= PIECE_BYTES:
+            self._hand_piece()
+
+    def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0, order: tuple | None = None) -> int:
         if not self._own_payloads():
             return super().rows(event, file, gtid, inner)
-        lines, n = self._lines(event, file, gtid, inner)
+        if order is None:
+            lines, n = self._lines(event, file, gtid, inner)
+        else:
+            lines, n = transaction_lines(event, file, gtid, inner, order, self._server_name)
         h, row0, prefix = event.header, 0, stream_prefix(file, event.header.pos, inner)
         if self._skip is not None:
             lines, row0 = self._unskipped(prefix, lines, n, 0)
@@ -171,7 +211,8 @@ class BusSink(Sink):
 
         Args:
             meta: (schema, table, file, pos, row0, gtid, op, server_id, prefix); the block's rows are row0 .. row0 +
-                n - 1, their ids ``<prefix>:<row>`` (:mod:`library.identity`).
+                n - 1, their ids ``<prefix>:<row>`` (:mod:`library.identity`). (An event beyond rows is a block
+                of its own, :meth:`meta`, whose row0 is a str.)
             lines: the n changes' messages, each ending in b"\\n".
         Raises:
             SinkError: (fatal, exit 7) a message is over max_change_bytes; nothing of the block was added.

@@ -1,4 +1,6 @@
 """NATS JetStream sink: one message per change on ``binlogd.{schema}.{table}``, in a stream with file storage.
+An event beyond rows is a message of the same stream and chain on its kind's subject (``binlogd.transaction``,
+``binlogd``, ``__debezium-heartbeat.binlogd`` by default), with the same headers (its id in place of a change's).
 
 Each message carries the headers ``Nats-Msg-Id`` (``<server_id>:<change id>``, stable across re-sends: the
 server drops a duplicate within the stream's duplicate window), ``Binlogd-Source`` (the change's id,
@@ -33,6 +35,7 @@ from binlogd.daemon.sinks.bus import (
 from binlogd.daemon.sinks.frames import nats_hpubs
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.library.identity import boundary_key, order_key
+from binlogd.library.metaevents import KINDS
 
 HEADER_ROOM = 512  # bytes of max_payload kept for the headers
 TAIL_DELETES = 100_000  # an initial snapshot's rows of a commit cut short, deleted at open at most
@@ -46,7 +49,8 @@ class NatsSink(BusSink):
         stream: the JetStream stream (created with subjects ``<subject prefix>>`` and the checkpoint subject, file
             storage and rollups allowed, when missing; an older one gets the checkpoint subject added).
         subject: the subject template (``{schema}``, ``{table}``).
-        format, server_name: as :class:`~.bus.BusSink`.
+        format, server_name, events: as :class:`~.bus.BusSink` (events: subjects, in the stream too: those
+            outside ``<subject prefix>>`` are added to its subjects).
     """
 
     KIND = "nats"
@@ -55,6 +59,7 @@ class NatsSink(BusSink):
         super().__init__(url, 1 << 20, **kw)
         self.stream, self.subject = stream, subject
         self.filter = subject.split("{", 1)[0] + ">"
+        self._meta_subjects = {op: self.events[kind].encode() for op, kind in KINDS.items() if kind in self.events}
         self.checkpoint_subject = f"_binlogd.checkpoint.{stream}"
         self.fence_subject = f"_binlogd.fence.{stream}"  # [ha]: a taker's fence (see _fence_stream)
         self._tail = ""  # the Binlogd-Source of a commit cut short whose changes are skipped, at open
@@ -120,18 +125,20 @@ class NatsSink(BusSink):
         from nats.js import api
         from nats.js.errors import NotFoundError
 
+        own = [self.checkpoint_subject, *([self.fence_subject] if self.epoch is not None else [])]
+        own += sorted({s.decode() for s in self._meta_subjects.values()
+                       if not (s.startswith(self.filter[:-1].encode()) and len(s) >= len(self.filter))})
         try:
             info = await self._js.stream_info(self.stream)
         except NotFoundError:
-            fence = [self.fence_subject] if self.epoch is not None else []
-            return await self._js.add_stream(name=self.stream, subjects=[self.filter, self.checkpoint_subject, *fence],
+            return await self._js.add_stream(name=self.stream, subjects=[self.filter, *own],
                                              storage=api.StorageType.FILE, allow_rollup_hdrs=True)
         subjects = list(info.config.subjects or [])
         if self.filter not in subjects or info.config.storage != api.StorageType.FILE:
             raise SinkError(f"{self.name}: stream {self.stream} exists with subjects {subjects} and "
                             f"{info.config.storage} storage; binlogd needs {self.filter!r} among its subjects "
                             "and file storage", fatal=True, exit_code=EXIT_MISCONFIGURED)
-        wanted = {self.checkpoint_subject, *([self.fence_subject] if self.epoch is not None else [])}
+        wanted = set(own)
         if not wanted <= set(subjects) or not info.config.allow_rollup_hdrs:
             info.config.subjects = sorted({*subjects, *wanted})
             info.config.allow_rollup_hdrs = True
@@ -198,24 +205,42 @@ class NatsSink(BusSink):
 
     async def _write(self, piece: list) -> None:
         # All but the last message without a reply (the last one's ack covers them: see the module docstring),
-        # as HPUB commands framed per block (frames.nats_hpubs) into one buffer: nats-py's publish() costs
-        # ~60 us a message.
+        # as HPUB commands framed per block (frames.nats_hpubs; an event beyond rows, row0 a str: _hpub) into one
+        # buffer: nats-py's publish() costs ~60 us a message.
         *blocks, (meta, lines, n) = piece
         cut = lines.rfind(b"\n", 0, len(lines) - 1) + 1  # the piece's last line goes by publish_async, below
         blocks.append((meta, lines[:cut], n - 1))
         out, seq = [], self._seq
-        for (schema, table, _file, _pos, row0, _gtid, _op, sid, prefix), block, count in blocks:
-            if count:
+        for (schema, table, _file, _pos, row0, _gtid, op, sid, prefix), block, count in blocks:
+            if not count:
+                continue
+            if row0.__class__ is str:
+                out.append(self._hpub(self._meta_subjects[op], f"{sid}:{prefix}:{row0}", seq, block[:-1]))
+            else:
                 frame = nats_hpubs if self.epoch is None else self._chained_hpubs
                 out.append(frame(self._subject_of(schema, table), sid, prefix.encode(), row0, seq, block, count))
-                seq += count
+            seq += count
         if out:
             await self._unless_lost(self._nc._send_command(b"".join(out)))
-        schema, table, _file, _pos, row0, _gtid, _op, sid, prefix = meta
-        source = f"{prefix}:{row0 + n - 1}"
+        schema, table, _file, _pos, row0, _gtid, op, sid, prefix = meta
+        if row0.__class__ is str:
+            source, subject = f"{prefix}:{row0}", self._meta_subjects[op]
+        else:
+            source, subject = f"{prefix}:{row0 + n - 1}", self._subject_of(schema, table)
         self._seq = seq
-        await self._publish(self._subject_of(schema, table).decode(), lines[cut:-1],
-                            {"Nats-Msg-Id": f"{sid}:{source}", "Binlogd-Source": source})
+        await self._publish(subject.decode(), lines[cut:-1], {"Nats-Msg-Id": f"{sid}:{source}",
+                                                              "Binlogd-Source": source})
+
+    def _hpub(self, subject: bytes, msg_id: str, seq: int, payload: bytes) -> bytes:
+        """One HPUB with the headers :func:`.frames.nats_hpubs` gives (``msg_id``: ``<server_id>:<id>``; the
+        ``[ha]`` chain's expected message id too, as :meth:`_chained_hpubs`)."""
+        source = msg_id.partition(":")[2].encode()
+        chained = b""
+        if self.epoch is not None:
+            chained, self._last_id = b"Nats-Expected-Last-Msg-Id: %b\r\n" % self._last_id.encode(), msg_id
+        headers = (b"NATS/1.0\r\nNats-Msg-Id: %b\r\nBinlogd-Source: %b\r\nNats-Expected-Last-Sequence: %d\r\n"
+                   b"%b\r\n" % (msg_id.encode(), source, seq, chained))
+        return b"HPUB %b %d %d\r\n%b%b\r\n" % (subject, len(headers), len(headers) + len(payload), headers, payload)
 
     def _chained_hpubs(self, subject: bytes, sid: int, prefix: bytes, row0: int, seq0: int, lines: bytes,
                        n: int) -> bytes:

@@ -8,6 +8,14 @@ The table (``binlogd_changes`` by default) is created when missing:
 and ``<table>_checkpoint`` (one row: ``id`` true, ``checkpoint`` jsonb, the checkpoint file's JSON) beside it.
 Rows go in with one COPY per commit, kept open across its pieces (so a big transaction streams through and
 never sits in memory); a mark ends the COPY, updates the checkpoint row and commits.
+
+The events beyond rows (``[sink] transaction_events``...) go to a table per kind, each created when missing:
+
+    seq bigserial primary key, event jsonb, id text, op text, source_file text, source_pos bigint, gtid text,
+    schema_name text, table_name text, server_id bigint
+
+(``id``: the event's identity, :mod:`library.identity`). They are kept in the worker until the mark, then go in
+with one COPY per table before the checkpoint row, in the same transaction.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from binlogd.daemon.sinks.bus import (
 from binlogd.daemon.sinks.frames import copy_rows
 from binlogd.daemon.sinks.lease import check_fence, fence_query, fence_session
 from binlogd.library.checkpointfile import Checkpoint
+from binlogd.library.metaevents import KINDS
 
 COLUMNS = {"seq": "bigint", "change": "jsonb", "source_file": "text", "source_pos": "bigint",
            "source_row": "integer", "gtid": "text", "schema_name": "text", "table_name": "text", "op": "text",
@@ -31,6 +40,12 @@ COLUMNS = {"seq": "bigint", "change": "jsonb", "source_file": "text", "source_po
 _CREATE = """CREATE TABLE IF NOT EXISTS {t} (seq bigserial PRIMARY KEY, change jsonb NOT NULL,
   source_file text NOT NULL, source_pos bigint NOT NULL, source_row integer NOT NULL, gtid text,
   schema_name text NOT NULL, table_name text NOT NULL, op text NOT NULL, server_id bigint)"""
+META_COLUMNS = {"seq": "bigint", "event": "jsonb", "id": "text", "op": "text", "source_file": "text",
+                "source_pos": "bigint", "gtid": "text", "schema_name": "text", "table_name": "text",
+                "server_id": "bigint"}
+_CREATE_META = """CREATE TABLE IF NOT EXISTS {t} (seq bigserial PRIMARY KEY, event jsonb NOT NULL, id text NOT NULL,
+  op text NOT NULL, source_file text, source_pos bigint, gtid text, schema_name text, table_name text,
+  server_id bigint)"""
 _CREATE_CP = ("CREATE TABLE IF NOT EXISTS {c} (id boolean PRIMARY KEY DEFAULT true CHECK (id), "
               "checkpoint jsonb NOT NULL)")
 
@@ -62,13 +77,30 @@ def copy_text(piece: list) -> bytes:
     return b"".join(out)
 
 
+def meta_text(meta: tuple, lines: bytes) -> bytes:
+    """The COPY text-format line of an event beyond rows (a block of one, :meth:`.bus.BusSink.meta`), for a table
+    of :data:`META_COLUMNS`' shape (less seq)."""
+    schema, table, file, pos, word, gtid, op, sid, prefix = meta
+    fields = (f"{prefix}:{word}", op, file, pos, gtid, schema or None, table or None, sid)
+    return b"\t".join((lines[:-1].replace(b"\\", b"\\\\"), *map(_text, fields))) + b"\n"
+
+
+def _ident(table: str):
+    """The :class:`psycopg.sql.Identifier` of ``[schema.]name``."""
+    from psycopg import sql
+
+    schema, _, name = table.rpartition(".")
+    return sql.Identifier(*([schema] if schema else []), name)
+
+
 class PostgresSink(BusSink):
     """PostgreSQL (``psycopg`` 3, :class:`psycopg.AsyncConnection`).
 
     Args:
         url: ``postgresql://user[:password]@host:port/db``.
         table: ``[schema.]name`` of the changes table.
-        max_change_bytes, format, server_name: as :class:`~.bus.BusSink`.
+        max_change_bytes, format, server_name, events: as :class:`~.bus.BusSink` (events: ``[schema.]name`` of
+            the tables).
     """
 
     KIND = "postgres"
@@ -79,6 +111,8 @@ class PostgresSink(BusSink):
         self._conn = self._copying = self._copy_cm = self._cursor = None
         self._first = self._last = None  # (schema, table, file, pos, row) of the open COPY's first and last rows
         self._copy_sql = self._save_sql = self._fence_sql = None
+        self._meta_sql: dict = {}   # table -> the COPY of events beyond rows into it
+        self._meta_rows: dict = {}  # table -> the lines of the events beyond rows written since the last commit
 
     async def _connect(self) -> None:
         import psycopg
@@ -95,15 +129,10 @@ class PostgresSink(BusSink):
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))  # one creator at once
             await cur.execute(sql.SQL(_CREATE).format(t=t))
             await cur.execute(sql.SQL(_CREATE_CP).format(c=c))
-            await cur.execute("SELECT column_name, data_type FROM information_schema.columns "
-                              "WHERE table_schema = coalesce(nullif(%s, ''), current_schema()) AND table_name = %s",
-                              (schema, name))
-            have = {n: typ for n, typ in await cur.fetchall()}
-            wrong = {n: have.get(n) for n, typ in COLUMNS.items() if have.get(n) != typ}
-            if wrong:
-                why = ", ".join(f"{n} is {typ or 'missing'} (needs {COLUMNS[n]})" for n, typ in wrong.items())
-                raise SinkError(f"{self.name}: table {self.table} exists with another shape: {why}",
-                                fatal=True, exit_code=EXIT_MISCONFIGURED)
+            await self._check_shape(cur, self.table, COLUMNS)
+            for table in sorted(set(self.events.values())):
+                await cur.execute(sql.SQL(_CREATE_META).format(t=_ident(table)))
+                await self._check_shape(cur, table, META_COLUMNS)
             await cur.execute(sql.SQL("SELECT checkpoint::text FROM {c} WHERE id").format(c=c))
             row = await cur.fetchone()
         await conn.commit()
@@ -117,9 +146,31 @@ class PostgresSink(BusSink):
         self._save_sql = sql.SQL("INSERT INTO {c} (id, checkpoint) VALUES (true, %s) "
                                  "ON CONFLICT (id) DO UPDATE SET checkpoint = excluded.checkpoint").format(c=c)
         self._fence_sql = fence_query(self.table)
+        self._meta_sql = {table: sql.SQL("COPY {t} (event, id, op, source_file, source_pos, gtid, schema_name, "
+                                         "table_name, server_id) FROM STDIN").format(t=_ident(table))
+                          for table in set(self.events.values())}
+        self._meta_rows = {}
         self._use_checkpoint(checkpoint)
 
+    async def _check_shape(self, cur, table: str, columns: dict) -> None:
+        """Raises SinkError (fatal, exit 6) when ``table`` lacks one of ``columns`` (name: type) or has it of
+        another type."""
+        schema, _, name = table.rpartition(".")
+        await cur.execute("SELECT column_name, data_type FROM information_schema.columns "
+                          "WHERE table_schema = coalesce(nullif(%s, ''), current_schema()) AND table_name = %s",
+                          (schema, name))
+        have = {n: typ for n, typ in await cur.fetchall()}
+        wrong = {n: have.get(n) for n, typ in columns.items() if have.get(n) != typ}
+        if wrong:
+            why = ", ".join(f"{n} is {typ or 'missing'} (needs {columns[n]})" for n, typ in wrong.items())
+            raise SinkError(f"{self.name}: table {table} exists with another shape: {why}",
+                            fatal=True, exit_code=EXIT_MISCONFIGURED)
+
     async def _write(self, piece: list) -> None:
+        if self._meta_sql:
+            piece = self._keep_meta(piece)
+            if not piece:
+                return
         if self._copying is None:  # one COPY per commit, open across its pieces: no round trip per piece
             self._cursor = self._conn.cursor()
             self._copy_cm = self._cursor.copy(self._copy_sql)
@@ -128,6 +179,17 @@ class PostgresSink(BusSink):
         meta, _lines, n = piece[-1]
         self._last = (*meta[:4], meta[4] + n - 1)
         await self._checked(self._copying.write(copy_text(piece)))
+
+    def _keep_meta(self, piece: list) -> list:
+        """Keep the piece's events beyond rows (row0 a str) for the commit; returns its other blocks."""
+        rows = []
+        for block in piece:
+            meta = block[0]
+            if meta[4].__class__ is str:
+                self._meta_rows.setdefault(self.events[KINDS[meta[6]]], []).append(meta_text(meta, block[1]))
+            else:
+                rows.append(block)
+        return rows
 
     async def _checked(self, coro) -> None:
         """Await ``coro`` (a COPY step); PostgreSQL refusing a row: fatal SinkError naming the rows of the COPY."""
@@ -151,6 +213,12 @@ class PostgresSink(BusSink):
 
     async def _commit(self, checkpoint: bytes | None) -> None:
         await self._end_copy()
+        if self._meta_rows:
+            kept, self._meta_rows = self._meta_rows, {}
+            async with self._conn.cursor() as cur:
+                for table, lines in kept.items():
+                    async with cur.copy(self._meta_sql[table]) as copy:
+                        await copy.write(b"".join(lines))
         if self.epoch is not None:  # the lease row locked until COMMIT: no takeover in between
             await check_fence(self._conn, self._fence_sql, self.epoch, self.name)
         if checkpoint is not None:
@@ -159,7 +227,7 @@ class PostgresSink(BusSink):
         await self._conn.commit()
 
     async def _disconnect(self) -> None:
-        self._copying = None  # dies with the connection
+        self._copying, self._meta_rows = None, {}  # dies with the connection
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.close()  # an open transaction is rolled back

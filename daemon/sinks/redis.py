@@ -1,6 +1,7 @@
 """Redis Streams sink: one entry (field ``change``) per change in the stream ``binlogd:{schema}.{table}``,
 committed with the checkpoint in one MULTI/EXEC transaction, or, for a big transaction, staged and moved in
-bounded steps.
+bounded steps. An event beyond rows is an entry like a change's, in its kind's stream (``binlogd.transaction``,
+``binlogd``, ``__debezium-heartbeat.binlogd`` by default), in the same MULTI or staging.
 
 Each piece's XADDs go to Redis as the piece arrives, queued in a MULTI (so Redis parses them while binlogd
 reads on); a mark sends a small Lua script, which checks that every stream written is a stream (an XADD
@@ -54,6 +55,7 @@ from binlogd.daemon.sinks.bus import (
 from binlogd.daemon.sinks.frames import redis_xadds
 from binlogd.daemon.sinks.lease import epoch_key
 from binlogd.library.checkpointfile import Checkpoint
+from binlogd.library.metaevents import KINDS
 
 log = logging.getLogger("binlogd")
 
@@ -243,7 +245,7 @@ class RedisSink(BusSink):
         url: ``redis://[:password@]host:port/db``.
         stream: the stream name template (``{schema}``, ``{table}``).
         checkpoint_key: the string key holding the checkpoint (the checkpoint file's JSON).
-        max_change_bytes, format, server_name: as :class:`~.bus.BusSink`.
+        max_change_bytes, format, server_name, events: as :class:`~.bus.BusSink` (events: stream names).
     """
 
     KIND = "redis"
@@ -313,14 +315,24 @@ class RedisSink(BusSink):
         log.info("%s: finished moving the %d staged entries left of a commit decided before the last stop",
                  self.name, staged)
 
-    async def _stream_of(self, schema: str, table: str) -> tuple:
-        key = (schema, table)
-        name = self._streams.get(key)
-        if name is None:
-            name = self.stream.format(schema=schema, table=table).encode()
+    async def _stream_of(self, meta: tuple) -> tuple:
+        """(stream name, its XADD's packed head, its staging XADD's packed head) of a block (its ``meta``): the
+        stream of its table, or of its kind for an event beyond rows (row0 a str); its type checked once.
+
+        Raises:
+            SinkError: (fatal, exit 6) the key exists and is not a stream.
+        """
+        if meta[4].__class__ is str:
+            key, name = meta[6], self.events[KINDS[meta[6]]]
+            what = f"{KINDS[meta[6]]} events"
+        else:
+            key, name = meta[:2], self.stream.format(schema=meta[0], table=meta[1])
+            what = f"{meta[0]}.{meta[1]}"
+        if key not in self._streams:
+            name = name.encode()
             kind = await self._r.type(name)
             if kind not in (b"none", b"stream"):
-                raise SinkError(f"{self.name}: key {name.decode()} (for {schema}.{table}) exists and is a "
+                raise SinkError(f"{self.name}: key {name.decode()} (for {what}) exists and is a "
                                 f"{kind.decode()}, not a stream", fatal=True, exit_code=EXIT_MISCONFIGURED)
             staging = self.staging_key.encode()
             self._streams[key] = (name, b"*5\r\n$4\r\nXADD\r\n$%d\r\n%b\r\n$1\r\n*\r\n$6\r\nchange\r\n"
@@ -337,7 +349,7 @@ class RedisSink(BusSink):
         out = [] if self._queued else [self._opening()]
         size = rows = 0
         for meta, lines, n in piece:
-            stream = streams.get(meta[:2]) or await self._stream_of(meta[0], meta[1])
+            stream = streams.get(meta[:2] if meta[4].__class__ is int else meta[6]) or await self._stream_of(meta)
             if stream is not last:
                 written.add(stream[0])
                 last = stream
@@ -420,7 +432,7 @@ class RedisSink(BusSink):
         self._undecided = True
         out, rows = [b"*1\r\n$5\r\nMULTI\r\n"], 0
         for meta, lines, n in piece:
-            stream = self._streams.get(meta[:2]) or await self._stream_of(meta[0], meta[1])
+            stream = self._streams.get(meta[:2] if meta[4].__class__ is int else meta[6]) or await self._stream_of(meta)
             out.append(redis_xadds(stream[2], lines, n))
             rows += n
         out.append(b"*1\r\n$4\r\nEXEC\r\n")

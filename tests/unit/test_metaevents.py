@@ -96,7 +96,11 @@ def test_binlogd_form_is_the_event_itself():
 
 
 @pytest.mark.parametrize("overrides, key", [
-    ({"sink.kind": "redis", "sink.transaction_events": "true"}, "sink.transaction_events"),
+    ({"sink.kind": "mirror", "sink.transaction_events": "true"}, "sink.transaction_events"),
+    ({"sink.kind": "nats", "sink.nats.schema_subject": "a.>"}, "sink.nats.schema_subject"),
+    ({"sink.kind": "nats", "sink.nats.heartbeat_subject": "_binlogd.x"}, "sink.nats.heartbeat_subject"),
+    ({"sink.kind": "postgres", "sink.postgres.schema_table": "binlogd_changes"}, "sink.postgres.schema_table"),
+    ({"sink.kind": "postgres", "sink.postgres.heartbeat_table": "a-b"}, "sink.postgres.heartbeat_table"),
     ({"sink.kind": "archive", "sink.heartbeat_seconds": "5"}, "sink.heartbeat_seconds"),
     ({"sink.schema_events": "true", "schema.source": "none"}, "sink.schema_events"),
     ({"sink.heartbeat_seconds": "-1"}, "sink.heartbeat_seconds"),
@@ -110,6 +114,20 @@ def test_config_rules(overrides, key):
 def test_config_defaults_are_off():
     sink = load_config(None, env={}).sink
     assert (sink.transaction_events, sink.schema_events, sink.heartbeat_seconds) == (False, False, 0.0)
+    assert sink.events() == {}
+
+
+@pytest.mark.parametrize("kind, names", [
+    ("redis", ["binlogd.transaction", "binlogd", "__debezium-heartbeat.binlogd"]),
+    ("nats", ["binlogd.transaction", "binlogd", "__debezium-heartbeat.binlogd"]),
+    ("postgres", ["binlogd_transaction", "binlogd", "__debezium_heartbeat_binlogd"]),
+])
+def test_bus_destinations_default_like_debezium(kind, names):
+    on = {"sink.transaction_events": "true", "sink.schema_events": "true", "sink.heartbeat_seconds": "5"}
+    sink = load_config(None, env={}, overrides={"sink.kind": kind, **on}).sink
+    assert sink.events() == dict(zip(["transaction", "schema", "heartbeat"], names))
+    sink = load_config(None, env={}, overrides={"sink.kind": kind, "sink.schema_events": "true"}).sink
+    assert sink.events() == {"schema": names[1]}
 
 
 @pytest.mark.parametrize("fmt, key", [("binlogd", "op"), ("debezium", "status")])
