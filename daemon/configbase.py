@@ -3,7 +3,8 @@
 A section is a frozen dataclass deriving from :class:`Section` whose fields are declared with :func:`setting`
 (numeric range, allowed strings, non-empty); construction checks and normalises every field
 (:func:`_validate`: ints accepted for floats, lists made tuples, ``""`` made None for optional strings,
-choices lowercased, a string map's ``"key=value"`` list made a dict) and then runs the section's ``_check`` for cross-field rules.
+choices lowercased, a string map's ``"key=value"`` list made a :class:`StrMap`) and then runs the section's
+``_check`` for cross-field rules.
 """
 
 from __future__ import annotations
