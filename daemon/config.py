@@ -460,7 +460,7 @@ def _from_text(key: str, text: str, origin: str):
         raise bad
     if kind == "bool":
         return s.lower() in _TRUE
-    return tuple(p.strip() for p in text.split(",") if p.strip()) if kind == "strs" else text
+    return tuple(p.strip() for p in text.split(",") if p.strip()) if kind in ("strs", "strmap") else text
 
 
 def _read_toml(path: str, values: dict) -> None:
@@ -481,7 +481,7 @@ def _read_toml(path: str, values: dict) -> None:
             if key not in _KEYS:
                 raise _unknown(key, path)
             kind, meta = _KEYS[key]
-            if (kind == "section") != isinstance(value, dict):
+            if (kind == "section") != isinstance(value, dict) and kind != "strmap":
                 raise ConfigError(key, f"must be {expected_text(kind, meta)}, got {shown_value(kind, value)}", path)
             if kind == "section":
                 walk(value, key + ".")

@@ -3,7 +3,8 @@
 A section is a frozen dataclass deriving from :class:`Section` whose fields are declared with :func:`setting`
 (numeric range, allowed strings, non-empty); construction checks and normalises every field
 (:func:`_validate`: ints accepted for floats, lists made tuples, ``""`` made None for optional strings,
-choices lowercased) and then runs the section's ``_check`` for cross-field rules.
+choices lowercased, a string map's ``"key=value"`` list made a :class:`StrMap`) and then runs the section's
+``_check`` for cross-field rules.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def setting(default=dataclasses.MISSING, *, factory=dataclasses.MISSING, lo=None
 
 
 def type_kind(tp) -> str:
-    """Map a resolved field type to one of: int float bool str optstr strs secret section."""
+    """Map a resolved field type to one of: int float bool str optstr strs strmap secret section."""
     if dataclasses.is_dataclass(tp):
         return "section"
     if tp is Secret:
@@ -80,6 +81,8 @@ def type_kind(tp) -> str:
         return "optstr"
     if typing.get_origin(tp) is tuple and args and args[0] is str:
         return "strs"
+    if tp is StrMap:
+        return "strmap"
     raise TypeError(f"unsupported config field type {tp!r}")
 
 
@@ -94,7 +97,8 @@ def expected_text(kind: str, meta: Mapping) -> str:
         parts = [f"{'>' if meta.get('lo_open') else '>='} {lo:g}" if lo is not None else "",
                  f"<= {hi:g}" if hi is not None else ""]
         return "a number" + (" " + " and ".join(p for p in parts if p) if any(parts) else "")
-    return {"bool": "true or false", "strs": "a list of strings", "section": "a table"}.get(
+    return {"bool": "true or false", "strs": "a list of strings", "section": "a table",
+            "strmap": "a table of strings ({ key = \"value\" })"}.get(
         kind, "a non-empty string" if meta.get("nonempty") else "a string")
 
 
@@ -114,6 +118,10 @@ def _validate(obj) -> None:
             value = float(value)
         elif kind == "strs" and isinstance(value, list):
             value = tuple(value)
+        elif kind == "strmap" and isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+            value = str_map(value, bad)
+        elif kind == "strmap" and isinstance(value, dict) and all(isinstance(x, str) for x in value.values()):
+            value = StrMap(value)
         elif kind == "secret" and isinstance(value, str):
             value = Secret(value)
         elif kind == "optstr" and value == "":
@@ -140,7 +148,36 @@ def _type_ok(kind: str, v, tp) -> bool:
         return v is None or isinstance(v, str)
     if kind == "strs":
         return isinstance(v, tuple) and all(isinstance(x, str) for x in v)
+    if kind == "strmap":
+        return isinstance(v, StrMap)
     return isinstance(v, {"bool": bool, "str": str, "secret": Secret}.get(kind, tp))
+
+
+class StrMap(dict):
+    """A config value that maps strings to strings: a dict that cannot change (so a config stays hashable)."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.items()))
+
+    def _immutable(self, *args, **kwargs):
+        raise TypeError("a config value cannot change")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _immutable
+
+
+def str_map(items, bad: ConfigError) -> StrMap:
+    """A string map from its list form, ``"key=value"`` items (the env's and the command line's text form, split
+    at commas, and an older TOML form). Raises: ``bad``, naming the first item that is not one."""
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise ConfigError(bad.key, f"items must be 'key=value' (or write a table: {{ key = \"value\" }}), "
+                                       f"got {item!r}", bad.origin)
+        out[key.strip()] = value.strip()
+    return StrMap(out)
 
 
 class Section:

@@ -6,7 +6,7 @@ import re
 from dataclasses import field
 from typing import ClassVar
 
-from binlogd.daemon.configbase import ConfigError, Section, setting
+from binlogd.daemon.configbase import ConfigError, Section, StrMap, setting
 from binlogd.protocol.records import record
 
 
@@ -108,21 +108,23 @@ class PostgresSinkConfig(Section):
 @record
 class MirrorSinkConfig(Section):
     """``[sink.mirror]`` (README, "The PostgreSQL mirror"). Fields: url (``postgresql://user[:password]@host:port/db``);
-    schema_map (``"mysql_schema=pg_schema"`` items; a schema not named keeps its name)."""
+    schema_map (MySQL schema → PostgreSQL schema, a TOML table ``{ shop = "shop_copy" }``; the list form
+    ``["shop=shop_copy"]`` and the env's/command line's ``shop=shop_copy,a=b`` are read too; a schema not named
+    keeps its name)."""
 
     SECTION: ClassVar[str] = "sink.mirror"
     url: str = "postgresql://binlogd@127.0.0.1:5432/binlogd"
-    schema_map: tuple[str, ...] = ()
+    schema_map: StrMap = setting(factory=StrMap)
 
     def _check(self) -> None:
-        for item in self.schema_map:
-            mysql, eq, pg = item.partition("=")
-            if not eq or not mysql or not pg:
-                raise ConfigError("sink.mirror.schema_map", f"items must be 'mysql_schema=pg_schema', got {item!r}")
+        for mysql, pg in self.schema_map.items():
+            if not mysql or not pg.strip() or len(pg.encode()) > 63:
+                raise ConfigError("sink.mirror.schema_map", f"must map a schema name to a PostgreSQL schema name "
+                                                            f"of 1-63 bytes, got {mysql!r} = {pg!r}")
 
     def schemas(self) -> dict[str, str]:
         """MySQL schema → PostgreSQL schema."""
-        return dict(item.partition("=")[::2] for item in self.schema_map)
+        return dict(self.schema_map)
 
 
 @record

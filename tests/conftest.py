@@ -52,7 +52,7 @@ MYSQL_MODULES = frozenset({
     "test_localserver", "test_daemon_roundtrip", "test_daemon_resume", "test_daemon_archive", "test_passwords",
     "test_snapshot", "test_snapshot_locked_view", "test_snapshot_incremental", "test_failover_daemon",
     "test_sql_replay", "test_schema_history", "test_positions_files", "test_snapshot_source_unchanged",
-    "test_snapshot_rows", "test_faults_snapshot_sinks", "test_events_beyond_rows",
+    "test_snapshot_rows", "test_faults_snapshot_sinks", "test_events_beyond_rows", "test_mirror", "test_mirror_keyless",
 })
 
 

@@ -29,6 +29,7 @@ from binlogd.daemon.sinks.bus import (
 from binlogd.daemon.sinks.lease import MIRROR, check_fence, fence_query, fence_session
 from binlogd.daemon.sinks.mirrorddl import DdlError, tablemap_def
 from binlogd.daemon.sinks.mirrortables import CHECKPOINT, DataError, ShapeError, Tables, truncated
+from binlogd.daemon.sinks.mirrorwatermark import Watermarks
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.library.identity import stream_prefix
 from binlogd.library.schema.catalog import Catalog
@@ -53,6 +54,7 @@ class MirrorSink(BusSink):
     def __init__(self, url: str, schema_map: dict[str, str] | None = None):
         super().__init__(url, max_change_bytes=1 << 62)
         self.tables = Tables(dict(schema_map or {}))
+        self.watermarks = Watermarks()   # keyless tables' snapshot views (:mod:`.mirrorwatermark`)
         self._lookup = None
         self._catalog = Catalog()   # the mirrored tables and those the stream's DDL defined (consumer side)
         self._maps: dict[tuple[str, str], tuple] = {}   # name -> (TABLE_MAP columns, TableDef, keys known)
@@ -121,6 +123,8 @@ class MirrorSink(BusSink):
                             "REPLACE")):
             return
         cut = truncated(query, event.schema)
+        if cut and self.watermarks.covers(cut, self._file, event.header.pos):
+            return
         changes = [] if cut else read_ddl(query, event.schema, event.status.get("sql_mode", 0), self._version)
         if cut or changes:
             for change in changes:
@@ -158,6 +162,8 @@ class MirrorSink(BusSink):
         if event.kind == "update" and has_json_diffs(event):
             return Sink.rows(self, event, file, gtid, inner)  # change() refuses it with its id
         name, kind, rows = (event.schema, event.table), event.kind, event.rows
+        if self.watermarks.covers(name, file, event.header.pos):
+            return 0
         prefix = stream_prefix(file, event.header.pos, inner)
         self._announce(name, f"{prefix}:0")
         add = self._piece.append
@@ -199,6 +205,7 @@ class MirrorSink(BusSink):
             await cur.execute("SET TIME ZONE 'UTC'")
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext('binlogd mirror'))")  # one creator at once
             await self.tables.load(cur)
+            await self.watermarks.load(cur)
             await cur.execute(f"SELECT checkpoint::text FROM {CHECKPOINT} WHERE id")
             row = await cur.fetchone()
         await conn.commit()
@@ -280,6 +287,7 @@ class MirrorSink(BusSink):
                 await cur.execute(f"INSERT INTO {CHECKPOINT} (id, checkpoint) VALUES (true, %s) "
                                   "ON CONFLICT (id) DO UPDATE SET checkpoint = excluded.checkpoint",
                                   (checkpoint.decode(),))
+                await self.watermarks.commit(cur, checkpoint)
         await self._conn.commit()
 
     async def _disconnect(self) -> None:

@@ -110,9 +110,10 @@ class Snapshot:
         state: the checkpoint's ``snapshot`` object: ``position`` (P1), ``tables`` ([schema, table] in read
             order), ``done`` (tables finished), ``last`` (the current table's last key read, or None), ``rows``
             (rows of the current table read), ``view`` (position of the current read view), ``started`` (unix
-            time), ``run`` (0, then one more at each resume: the rows' ids name it); ``ranges`` while the current
-            table is read in key ranges at once: ``[{"last": key after which the range's next chunk starts,
-            "upto": its last key or None (no end), "done"}, ...]``.
+            time), ``run`` (0, then one more at each resume: the rows' ids name it), ``read_views`` (``[{"table":
+            [schema, table], "file", "pos"}, ...]``: the view each table without a key was read in whole);
+            ``ranges`` while the current table is read in key ranges at once: ``[{"last": key after which the
+            range's next chunk starts, "upto": its last key or None (no end), "done"}, ...]``.
         readers: the connections, each in its own view (:class:`~.readers.Readers`): the main one's is P1's
             view (the schema's and the table list's).
         instead: when FTWRL was refused: (P1, the ``incremental`` state) to stream from instead.
@@ -294,11 +295,20 @@ class Snapshot:
             await self._read_ranges(run)
         elif not info.key:
             await self._whole(run)
+            if not run.gone:
+                self._read_view(schema, table)
         else:
             await self._range(self.readers.main, run, None)
         if run.gone:
             self.log.warning("snapshot: %s was dropped while it was read; its DROP is in the stream", name)
         await self._table_done(name, run.rows, time.monotonic() - run.began)
+
+    def _read_view(self, schema: str, table: str) -> None:
+        """Name in the state (``read_views``, committed with the table done) the view a table without a key was
+        read in whole: a sink that applies its rows without a key skips the stream's changes of it before there."""
+        view = self.readers.main.view
+        views = [v for v in self.state.get("read_views", ()) if v["table"] != [schema, table]]
+        self.state["read_views"] = [*views, {"table": [schema, table], "file": view.file, "pos": view.pos}]
 
     def _warn_keyless(self, name: str) -> None:
         """Log that a table without a key is read in one pass (and may be delivered twice when not in P1's view)."""
@@ -306,7 +316,8 @@ class Snapshot:
         self.log.info("snapshot: %s has no primary key: read in one pass, which cannot be resumed by chunk", name)
         if (self.view.file, self.view.pos) != (p1["file"], p1["pos"]):
             self.log.warning("snapshot: %s (no primary key) is read again in a later view than the stream's "
-                             "start: its changes between %s:%d and %s:%d may be delivered twice", name,
+                             "start: its changes between %s:%d and %s:%d may be delivered twice (the mirror "
+                             "skips them)", name,
                              p1["file"], p1["pos"], self.view.file, self.view.pos)
 
     async def _full_images(self) -> bool:

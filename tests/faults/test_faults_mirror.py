@@ -2,9 +2,8 @@
 before the daemon, SIGKILLed in the middle of the snapshot and again while streaming, PostgreSQL SIGKILLed and
 restarted, under a transfer load with DDL in the middle; at the end every table equals the source value by
 value, and a reader polling the accounts' sum (from the moment the stream passed every snapshot view) never saw
-it broken. No row goes into the keyless table while the snapshot runs: a resumed snapshot reads it again in a
-view later than the stream's start, so a row inserted in between would be mirrored twice (README, "The
-PostgreSQL mirror": a limit).
+it broken. Rows go into the keyless table all along: a resumed snapshot reads it again in a view later than the
+stream's start, and its watermark keeps the rows inserted in between from being mirrored twice.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def test_mirror_kills_during_snapshot_and_stream_and_pg_crash(mariadb_minimal, t
         with PostgresServer() as pg:
             o = base_overrides(srv, tmp_path, snapshot__mode="initial", snapshot__chunk_rows=20,
                                filters__include_schemas=db, sink__kind="mirror", sink__mirror__url=pg.url)
-            threads = [threading.Thread(target=transfers, args=(srv, db, stop, done, False), daemon=True),
+            threads = [threading.Thread(target=transfers, args=(srv, db, stop, done), daemon=True),
                        threading.Thread(target=sum_reader, args=(pg, db, stop, armed, broken, reads), daemon=True)]
             for t in threads:
                 t.start()
