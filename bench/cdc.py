@@ -372,7 +372,8 @@ def by_size(ns, argv: list[str]) -> int:
           f"{'/ python-mysql-replication':>27}")
     for r in results:
         print(f"  {r['workload']['row_changes']:>12,} {r['rows_per_s']['binlogd']['best']:>15,.0f} "
-              f"{r['ratio_binlogd_vs_mariadb_binlog_remote']:>23.2f}x {r['ratio_binlogd_vs_mariadb_binlog_files']:>7.2f}x "
+              f"{r['ratio_binlogd_vs_mariadb_binlog_remote']:>23.2f}x "
+              f"{r['ratio_binlogd_vs_mariadb_binlog_files']:>7.2f}x "
               f"{r['ratio_binlogd_vs_python_mysql_replication']:>26.1f}x")
     return 0
 

@@ -36,6 +36,8 @@ def make_sink(config, metrics=None, log=None) -> Sink:
         from binlogd.daemon.sinks.mirror import MirrorSink
 
         return MirrorSink(config.mirror.url, config.mirror.schemas())
+    if config.kind not in ("redis", "nats", "postgres"):
+        raise SinkError(f"unknown sink kind {config.kind!r}")
     fmt = {"format": config.format, "server_name": config.server_name, "events": config.events()}
     if config.kind == "redis":
         from binlogd.daemon.sinks.redis import RedisSink
@@ -46,11 +48,9 @@ def make_sink(config, metrics=None, log=None) -> Sink:
         from binlogd.daemon.sinks.nats import NatsSink
 
         return NatsSink(config.nats.url, config.nats.stream, config.nats.subject, **fmt)
-    if config.kind == "postgres":
-        from binlogd.daemon.sinks.postgres import PostgresSink
+    from binlogd.daemon.sinks.postgres import PostgresSink
 
-        return PostgresSink(config.postgres.url, config.postgres.table, config.postgres.max_change_bytes, **fmt)
-    raise SinkError(f"unknown sink kind {config.kind!r}")
+    return PostgresSink(config.postgres.url, config.postgres.table, config.postgres.max_change_bytes, **fmt)
 
 
 def _uploader(config, metrics, log):
