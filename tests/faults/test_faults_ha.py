@@ -46,12 +46,13 @@ ACTIVE = r"ha: \S+ is the active instance now \(epoch (\d+)"
 STANDS_BY = r"ha: \S+ stands by: .* is held by "
 
 
-def ha_daemon(srv, workdir, kind: str, broker, name: str) -> DaemonProcess:
-    """``binlogd run`` with its own checkpoint file in ``workdir``, the lease in ``broker`` as ``name``."""
+def ha_daemon(srv, workdir, kind: str, broker, name: str, extra: dict | None = None) -> DaemonProcess:
+    """``binlogd run`` with its own checkpoint file in ``workdir``, the lease in ``broker`` as ``name``; ``extra``:
+    more ``--set`` values."""
     workdir.mkdir(parents=True, exist_ok=True)
     return DaemonProcess(base_overrides(srv, workdir, **{
         "source.start": "current", "filters.include_schemas": SCHEMA, "sink.kind": kind, f"sink.{kind}.url": broker.url,
-        "ha.mode": "lease", "ha.lease_seconds": str(LEASE), "ha.name": name}))
+        "ha.mode": "lease", "ha.lease_seconds": str(LEASE), "ha.name": name, **(extra or {})}))
 
 
 def broker_of(kind: str):
@@ -75,12 +76,13 @@ def read_back_once(srv, kind: str, broker, writer, tmp_path, total: int) -> None
     assert stats["in_sink"] >= total - 5
 
 
-def start_pair(srv, tmp_path, kind, broker) -> tuple[DaemonProcess, DaemonProcess]:
-    """The active "a" (streaming) and the standby "b" (standing by, ready, binlogd_ha_active 0)."""
-    a = ha_daemon(srv, tmp_path / "a", kind, broker, "a")
+def start_pair(srv, tmp_path, kind, broker, extra: dict | None = None) -> tuple[DaemonProcess, DaemonProcess]:
+    """The active "a" (streaming) and the standby "b" (standing by, ready, binlogd_ha_active 0); ``extra``: more
+    ``--set`` values for both."""
+    a = ha_daemon(srv, tmp_path / "a", kind, broker, "a", extra)
     a.wait_for_line(ACTIVE, timeout=60)
     a.wait_streaming(timeout=60)
-    b = ha_daemon(srv, tmp_path / "b", kind, broker, "b")
+    b = ha_daemon(srv, tmp_path / "b", kind, broker, "b", extra)
     b.wait_for_line(STANDS_BY, timeout=60)
     port = metrics_port(b)
     assert scrape_metric(port, "binlogd_ha_active") == 0
