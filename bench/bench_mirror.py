@@ -1,20 +1,27 @@
-"""PostgreSQL mirror benchmark: ``binlogd run`` with ``[sink] kind = "mirror"`` on a backlog of inserts, then of
-one big UPDATE, each timed from the process start until its checkpoint covers the backlog, and an initial
-snapshot of the same table (in process: the daemon does not yet hand the sink the schema history itself); each
-mirror is checked equal to the source, value by value (EXCEPT ALL both ways in PostgreSQL).
+"""PostgreSQL mirror benchmark against pg_chameleon 2.0.21, measured in the same run on the same backlog.
 
-``python -m bench.bench_mirror [--rows 200000] [--update 50000] [--json]``: starts a throwaway MariaDB
-(``binlog_row_metadata=MINIMAL``) and PostgreSQL (:mod:`tests.support.brokers`), writes a 5-column table of
-``--rows`` rows in 1,000-row transactions, snapshots it (phase "snapshot"), mirrors the inserts from the binlog
-(phase "insert"), then one ``--update``-row UPDATE (phase "update"), and prints rows/s per phase. The peer
-measured in issue 40 (pg_chameleon 2.0.21, not run here): ``init_replica`` of 200,000 rows 2.4 s, replay of one
-50,000-row UPDATE 12.9 s (about 3,900 rows/s).
+``python -m bench.bench_mirror [--rows 200000] [--update 50000] [--chameleon-venv /tmp/pgch-venv] [--json]``
+starts a throwaway MariaDB (``binlog_row_metadata=FULL``: pg_chameleon needs the column names) and PostgreSQL
+(:mod:`tests.support.brokers`, with a password: pg_chameleon needs one), writes a 5-column table of ``--rows``
+rows in 1,000-row transactions, and times, each as a whole process:
+
+- "snapshot": ``binlogd run`` with ``[snapshot] mode = "initial"`` from its start until it logs the snapshot
+  done, against pg_chameleon's ``init_replica`` (each into a database of its own);
+- "insert": ``binlogd run`` on the binlog of those inserts, from its start until its checkpoint covers them
+  (no peer: pg_chameleon's init_replica copied the rows);
+- "update": one ``--update``-row UPDATE, then ``binlogd run`` from its checkpoint until its checkpoint covers it,
+  against pg_chameleon's ``start_replica`` from its start until its copy shows every updated row.
+
+Every mirror is checked equal to the source, value by value (EXCEPT ALL both ways in PostgreSQL). pg_chameleon
+runs from a venv (:mod:`bench.chameleon`, made when missing); ``--no-chameleon`` leaves it out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -23,6 +30,8 @@ from pathlib import Path
 
 CREATE = ("CREATE TABLE bench_m.t (id INT PRIMARY KEY, a INT NOT NULL, b VARCHAR(64), c DECIMAL(12,4), "
           "d DATETIME(6))")
+PG_PASSWORD = "bench-pw"
+MY_USER, MY_PASSWORD = "pgch", "pgch-pw"
 
 
 def log(msg: str) -> None:
@@ -39,74 +48,75 @@ def binlog_file(conn) -> str:
         return cur.fetchone()[0]
 
 
-def run_mirror(srv, pg, first: str, target: str, workdir: Path) -> float:
-    """Seconds from ``binlogd run`` (mirror sink, from ``first``:4 or its checkpoint) until its checkpoint
-    reaches the file ``target``."""
-    checkpoint = workdir / "checkpoint.json"
+def binlogd_cmd(srv, url: str, checkpoint: Path, **more: str) -> list[str]:
+    """``binlogd run`` into the mirror at ``url`` with its checkpoint at ``checkpoint``."""
     sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
-            "source.password": srv.repl_password, "source.start": f"file:{first}:4",
-            "checkpoint.path": str(checkpoint), "sink.kind": "mirror", "sink.mirror.url": pg.url,
-            "metrics.listen": "", "filters.include_schemas": "bench_m"}
-    cmd = [sys.executable, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    with open(workdir / "binlogd.log", "a+") as errlog:
+            "source.password": srv.repl_password, "checkpoint.path": str(checkpoint), "sink.kind": "mirror",
+            "sink.mirror.url": url, "metrics.listen": "", "filters.include_schemas": "bench_m", **more}
+    return [sys.executable, "-m", "binlogd.cli", "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+
+
+def warm_bytecode() -> None:
+    """binlogd's modules and those its mirror path imports compiled into the bytecode cache of
+    :func:`bench.decode.bytecode_env` (binlogd runs as an installed package does, as pg_chameleon from its venv)."""
+    import binlogd
+    from bench.decode import bytecode_env
+
+    env = bytecode_env()
+    package = str(Path(binlogd.__file__).parent)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/tests?/|/bench/", package], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-c", "import binlogd.cli, binlogd.daemon.service, binlogd.daemon.sinks.mirror, "
+                    "binlogd.daemon.snapshot.initial, psycopg, aiomysql, pymysql"], check=True, env=env)
+
+
+def timed(cmd: list[str], errlog: Path, done) -> float:
+    """Seconds from starting ``cmd`` (with compiled bytecode) until ``done(log text)`` is true (then it is
+    stopped)."""
+    from bench.decode import bytecode_env
+
+    with open(errlog, "a+") as err:
+        start = err.tell()
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=bytecode_env())
         try:
             while True:
-                try:
-                    position = json.loads(checkpoint.read_bytes())["position"]
-                except (FileNotFoundError, ValueError):
-                    position = None
-                if position is not None and file_key(position["file"]) >= file_key(target):
+                err.seek(start)
+                if done(err.read()):
                     return time.perf_counter() - t0
                 if proc.poll() is not None or time.perf_counter() - t0 > 600:
-                    errlog.seek(0)
-                    raise SystemExit(f"binlogd did not catch up (exit {proc.poll()}): {errlog.read()[-3000:]}")
+                    err.seek(start)
+                    raise SystemExit(f"binlogd did not get there (exit {proc.poll()}): {err.read()[-3000:]}")
                 time.sleep(0.002)
         finally:
             proc.terminate()
             proc.wait(60)
 
 
+def run_mirror(srv, url: str, first: str, target: str, workdir: Path) -> float:
+    """Seconds from ``binlogd run`` (from ``first``:4 or its checkpoint) until its checkpoint reaches ``target``."""
+    checkpoint = workdir / "checkpoint.json"
+
+    def caught_up(_text: str) -> bool:
+        try:
+            position = json.loads(checkpoint.read_bytes())["position"]
+        except (FileNotFoundError, ValueError):
+            return False
+        return file_key(position["file"]) >= file_key(target)
+
+    cmd = binlogd_cmd(srv, url, checkpoint, **{"source.start": f"file:{first}:4"})
+    return timed(cmd, workdir / "binlogd.log", caught_up)
+
+
 def run_snapshot(srv, url: str, workdir: Path) -> float:
-    """Seconds from the daemon's start (in process: it hands the sink the schema history, as ``binlogd run``
-    does not yet) until its initial snapshot of bench_m is done."""
-    import asyncio
-    import logging
-
-    from binlogd.daemon.config import load_config
-    from binlogd.daemon.service import Daemon
-
-    lines: list[str] = []
-    log = logging.getLogger("binlogd.bench.mirror")
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    config = load_config(None, env={}, overrides={
-        "source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
-        "source.password": srv.repl_password, "checkpoint.path": str(workdir / "snapshot.json"),
-        "sink.kind": "mirror", "sink.mirror.url": url,
-        "metrics.listen": "", "filters.include_schemas": "bench_m", "snapshot.mode": "initial"})
-
-    async def go() -> float:
-        daemon = Daemon(config, log=log)
-        t0 = time.perf_counter()
-        task = asyncio.create_task(daemon.run())
-        while not any("snapshot: done" in line for line in lines):
-            if task.done():
-                raise SystemExit(f"the daemon ended: {task.result()} {lines[-5:]}")
-            await asyncio.sleep(0.005)
-        elapsed = time.perf_counter() - t0
-        daemon.stop()
-        await task
-        return elapsed
-
-    return asyncio.run(go())
+    """Seconds from ``binlogd run`` with an initial snapshot until it logs the snapshot done."""
+    cmd = binlogd_cmd(srv, url, workdir / "snapshot.json", **{"snapshot.mode": "initial"})
+    return timed(cmd, workdir / "snapshot.log", lambda text: "snapshot: done" in text)
 
 
-def check_equal(srv, url: str) -> None:
-    """The mirror holds the source's rows, value by value (compared as text in PostgreSQL)."""
+def check_equal(srv, url: str, table: str = "bench_m.t") -> None:
+    """The mirror's ``table`` holds the source's rows, value by value (compared in PostgreSQL, each column cast
+    to the source's type)."""
     import psycopg
 
     conn = srv.connect(init_command="SET time_zone = '+00:00'")
@@ -119,66 +129,130 @@ def check_equal(srv, url: str) -> None:
         with pconn.cursor().copy("COPY src FROM STDIN") as copy:
             for r in rows:
                 copy.write_row(r)
-        diff = pconn.execute("SELECT count(*) FROM ((SELECT * FROM src EXCEPT ALL SELECT * FROM bench_m.t) UNION ALL "
-                             "(SELECT * FROM bench_m.t EXCEPT ALL SELECT * FROM src)) x").fetchone()[0]
+        mirror = f"(SELECT id::int, a::int, b::text, c::numeric(12,4), d::timestamp(6) FROM {table})"
+        diff = pconn.execute(f"SELECT count(*) FROM ((SELECT * FROM src EXCEPT ALL {mirror}) UNION ALL "
+                             f"({mirror} EXCEPT ALL SELECT * FROM src)) x").fetchone()[0]
     if diff:
-        raise SystemExit(f"the mirror differs from the source in {diff} rows")
+        raise SystemExit(f"the mirror at {url} ({table}) differs from the source in {diff} rows")
+
+
+def updated(url: str, rows: int) -> bool:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM bench_m.t WHERE b LIKE 'u%'").fetchone()[0] >= rows
+
+
+def replay_seconds(peer, url: str, rows: int) -> float:
+    """Seconds from pg_chameleon's ``start_replica`` until its copy shows all ``rows`` updated rows."""
+    t0 = time.perf_counter()
+    peer.start_replica()
+    try:
+        while not updated(url, rows):
+            if not peer.replica_running() or time.perf_counter() - t0 > 900:
+                raise SystemExit("pg_chameleon's replica ended or did not apply the UPDATE in 900 s")
+            time.sleep(0.02)
+        return time.perf_counter() - t0
+    finally:
+        peer.stop_replica()
+
+
+def seed(srv, rows: int) -> None:
+    conn = srv.connect(autocommit=False)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE bench_m")
+        cur.execute(CREATE)
+        for start in range(0, rows, 1000):
+            ids = range(start, min(start + 1000, rows))
+            cur.execute("INSERT INTO bench_m.t VALUES " + ",".join(
+                f"({i}, {i * 7 % 1000003}, 'row {i} {'x' * (i % 40)}', {i % 99999}.{i % 10000:04d}, "
+                f"'2024-01-01 00:00:00' + INTERVAL {i} SECOND)" for i in ids))
+            conn.commit()
+        cur.execute(f"CREATE USER '{MY_USER}'@'%' IDENTIFIED BY '{MY_PASSWORD}'")
+        cur.execute(f"GRANT ALL ON *.* TO '{MY_USER}'@'%'")
+        cur.execute("FLUSH BINARY LOGS")
+    conn.close()
+
+
+def phase(rows: int, seconds: float) -> dict:
+    return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds)}
+
+
+def bench(args, srv, pg, tmp: Path) -> dict:
+    """Every phase of the module docstring, binlogd's and pg_chameleon's; each mirror checked equal at the end."""
+    from bench.chameleon import Chameleon, ensure_venv
+
+    out: dict = {"binlogd": {}, "pg_chameleon": {}}
+    warm_bytecode()
+    first = binlog_file(srv.connect())
+    seed(srv, args.rows)
+    conn = srv.connect(autocommit=False)
+    target = binlog_file(conn)
+    base = pg.url.rsplit("/", 1)[0]
+    for db in ("snap", "pgch"):
+        pg.psql(f"CREATE DATABASE {db} OWNER {pg.user}")
+    peer = None
+    if args.chameleon:
+        peer = Chameleon(ensure_venv(Path(args.chameleon_venv)), tmp / "pgch", pg, "pgch", srv, MY_USER,
+                         MY_PASSWORD, "bench_m")
+        peer.setup()
+        log(f"{args.rows} rows: pg_chameleon init_replica")
+        out["pg_chameleon"]["snapshot"] = phase(args.rows, peer.init_replica())
+        check_equal(srv, f"{base}/pgch")
+    log(f"{args.rows} rows: binlogd initial snapshot")
+    out["binlogd"]["snapshot"] = phase(args.rows, run_snapshot(srv, f"{base}/snap", tmp))
+    check_equal(srv, f"{base}/snap")
+    log(f"backlog: {args.rows} inserts; binlogd mirroring")
+    out["binlogd"]["insert"] = phase(args.rows, run_mirror(srv, pg.url, first, target, tmp))
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE bench_m.t SET a = a + 1, b = CONCAT('u', b) WHERE id < {args.update}")
+        conn.commit()
+        cur.execute("FLUSH BINARY LOGS")
+    target = binlog_file(conn)
+    conn.close()
+    log(f"backlog: one {args.update}-row UPDATE; binlogd mirroring")
+    out["binlogd"]["update"] = phase(args.update, run_mirror(srv, pg.url, first, target, tmp))
+    check_equal(srv, pg.url)
+    if peer is not None:
+        log(f"backlog: one {args.update}-row UPDATE; pg_chameleon start_replica")
+        out["pg_chameleon"]["update"] = phase(args.update, replay_seconds(peer, f"{base}/pgch", args.update))
+        check_equal(srv, f"{base}/pgch")
+    out["equal"] = True
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--update", type=int, default=50_000)
+    ap.add_argument("--chameleon-venv", default="/tmp/pgch-venv")
+    ap.add_argument("--no-chameleon", dest="chameleon", action="store_false")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     from binlogd.cli.localserver import LocalServer
     from tests.support.brokers import PostgresServer
 
-    out = {}
-    with LocalServer(extra_args=["--binlog-format=ROW", "--binlog-row-metadata=MINIMAL",
-                                 "--innodb-buffer-pool-size=256M"]) as srv, PostgresServer() as pg, \
+    # FULL metadata: pg_chameleon's python-mysql-replication names no columns without it (binlogd's mirror
+    # takes its definitions from the schema history either way)
+    server_args = ["--binlog-format=ROW", "--binlog-row-metadata=FULL", "--innodb-buffer-pool-size=256M"]
+    with LocalServer(extra_args=server_args) as srv, PostgresServer(password=PG_PASSWORD) as pg, \
             tempfile.TemporaryDirectory() as tmp:
-        conn = srv.connect(autocommit=False)
-        first = binlog_file(conn)
-        with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE bench_m")
-            cur.execute(CREATE)
-            for start in range(0, args.rows, 1000):
-                ids = range(start, min(start + 1000, args.rows))
-                cur.execute("INSERT INTO bench_m.t VALUES " + ",".join(
-                    f"({i}, {i * 7 % 1000003}, 'row {i} {'x' * (i % 40)}', {i % 99999}.{i % 10000:04d}, "
-                    f"'2024-01-01 00:00:00' + INTERVAL {i} SECOND)" for i in ids))
-                conn.commit()
-            cur.execute("FLUSH BINARY LOGS")
-        target = binlog_file(conn)
-        log(f"{args.rows} rows: initial snapshot into database snap")
-        pg.psql("CREATE DATABASE snap OWNER binlogd")
-        snap_url = pg.url.rsplit("/", 1)[0] + "/snap"
-        seconds = run_snapshot(srv, snap_url, Path(tmp))
-        check_equal(srv, snap_url)
-        out["snapshot"] = {"rows": args.rows, "seconds": round(seconds, 3), "rows_per_s": round(args.rows / seconds)}
-        log(f"backlog: {args.rows} inserts; mirroring")
-        seconds = run_mirror(srv, pg, first, target, Path(tmp))
-        out["insert"] = {"rows": args.rows, "seconds": round(seconds, 3), "rows_per_s": round(args.rows / seconds)}
-        with conn.cursor() as cur:
-            cur.execute(f"UPDATE bench_m.t SET a = a + 1, b = CONCAT('u', b) WHERE id < {args.update}")
-            conn.commit()
-            cur.execute("FLUSH BINARY LOGS")
-        target = binlog_file(conn)
-        log(f"backlog: one {args.update}-row UPDATE; mirroring")
-        seconds = run_mirror(srv, pg, first, target, Path(tmp))
-        out["update"] = {"rows": args.update, "seconds": round(seconds, 3), "rows_per_s": round(args.update / seconds)}
-        conn.close()
-        check_equal(srv, pg.url)
-        out["equal"] = True
+        os.chmod(tmp, 0o755)
+        out = bench(args, srv, pg, Path(tmp))
+    out["machine"] = {"cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version(),
+                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if args.json:
         print(json.dumps(out))
-    else:
-        for phase, r in out.items():
-            if phase != "equal":
-                print(f"{phase:8} {r['rows']:>8} rows {r['seconds']:>8.2f} s {r['rows_per_s']:>9} rows/s "
-                      "(process start to caught up)")
-        print("mirror equal to the source: yes")
+        return 0
+    print(f"{out['machine']['date']}, {os.cpu_count()} CPUs, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for name in ("snapshot", "insert", "update"):
+        ours, theirs = out["binlogd"][name], out["pg_chameleon"].get(name)
+        line = f"{name:8} {ours['rows']:>7} rows  binlogd {ours['seconds']:>7.2f} s {ours['rows_per_s']:>8} rows/s"
+        if theirs:
+            line += (f"  pg_chameleon {theirs['seconds']:>7.2f} s {theirs['rows_per_s']:>7} rows/s  "
+                     f"ratio {theirs['seconds'] / ours['seconds']:.1f}x")
+        print(line)
+    print("every mirror equal to the source: yes")
     return 0
 
 

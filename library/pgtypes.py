@@ -128,6 +128,9 @@ def converter(col: ColumnDef, json_text: bool = False):
         return lambda v: None if v is None else str(v)
     if t in _TEXT and col.charset != "binary":
         return lambda v: None if v is None else v if "\x00" not in v else _no_nul(v)
+    if t in ("date", "datetime"):
+        zero = _ZERO_DATE.match
+        return lambda v: None if v is None else "-infinity" if zero(v) else v
     return lambda v: pg_text(col, v, json_text)
 
 

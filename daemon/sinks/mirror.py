@@ -9,9 +9,11 @@ daemon resumes from the checkpoint PostgreSQL holds (the resume rule, :mod:`daem
 (:func:`.lease.check_fence`), so an instance whose lease was taken over never commits again.
 
 Ops: ``("table", TableDef, keys_known)`` before a table's first rows and after its TABLE_MAP changed (the table
-is created, or checked); ``("row", name, op, before, after, id)``; ``("ddl", query, db, file, pos, changes,
-truncated)``. Rows of one table and kind in a row are applied as one batch (COPY for inserts, one pipelined
-statement per row for updates and deletes).
+is created, or checked); ``("rows", name, kind, rows, id prefix)``, a rows event's rows; ``("row", name, op,
+before, after, id)``, one change; ``("lines", name, JSON lines, id prefix, first)``, a snapshot chunk's rows;
+``("ddl", query, db, file, pos, changes, truncated)``. Consecutive row changes of one table, kind and columns
+are applied as one batch, at most :data:`BATCH_ROWS` (:meth:`Tables.apply`: COPY for inserts, a set-wise UPDATE
+or DELETE for a run of distinct keys); a snapshot chunk by one COPY.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from binlogd.protocol import events as E
 from binlogd.protocol.events import RowsEvent
 
 EXIT_DDL = 7  # a DDL the mirror cannot apply (README, "Exit codes")
+BATCH_ROWS = 10000  # a batch of row changes this big is applied without waiting for more
 
 
 class MirrorSink(BusSink):
@@ -161,15 +164,12 @@ class MirrorSink(BusSink):
     def rows(self, event: RowsEvent, file: str, gtid: str | None, inner: int = 0) -> int:
         if event.kind == "update" and has_json_diffs(event):
             return Sink.rows(self, event, file, gtid, inner)  # change() refuses it with its id
-        name, kind, rows = (event.schema, event.table), event.kind, event.rows
-        if self.watermarks.covers(name, file, event.header.pos):
+        name, rows = (event.schema, event.table), event.rows
+        if not rows or self.watermarks.covers(name, file, event.header.pos):
             return 0
         prefix = stream_prefix(file, event.header.pos, inner)
         self._announce(name, f"{prefix}:0")
-        add = self._piece.append
-        for i, row in enumerate(rows):
-            before, after = row if kind == "update" else (None, row) if kind == "insert" else (row, None)
-            add((("row", name, kind, before, after, f"{prefix}:{i}"), b"", 1))
+        self._piece.append((("rows", name, event.kind, rows, prefix), b"", len(rows)))
         self._piece_bytes += (96 + 48 * len(event.columns)) * len(rows)
         if self._piece_bytes >= PIECE_BYTES:
             self._hand_piece()
@@ -179,15 +179,14 @@ class MirrorSink(BusSink):
                      table: str = "") -> bool:
         """A snapshot chunk's ``count`` rows of ``schema``.``table`` as change-event JSON lines (the "binlogd"
         format: values in README's JSON forms, as the stream gives them; ids ``<prefix>:<first + i>``), applied
-        like inserts. Returns True (taken)."""
-        import orjson
-
-        name, loads, add = (schema, table), orjson.loads, self._piece.append
+        like inserts, by one COPY in the worker (:meth:`Tables.copy_lines`). Returns True (taken)."""
+        if not count:
+            return True
+        name = (schema, table)
         self._announce(name, f"{prefix}:{first}")
-        n = 0
-        for n, line in enumerate(bytes(lines).splitlines()):
-            add((("row", name, "read", None, loads(line)["after"], f"{prefix}:{first + n}"), b"", 1))
-        self._piece_bytes += len(lines) + 64 * (n + 1)
+        data = bytes(lines)
+        self._piece.append((("lines", name, data, prefix, first), b"", count))
+        self._piece_bytes += len(data) + 64 * count
         if self._piece_bytes >= PIECE_BYTES:
             self._hand_piece()
         return True
@@ -217,17 +216,19 @@ class MirrorSink(BusSink):
         self._use_checkpoint(checkpoint)
 
     async def _write(self, piece: list) -> None:
-        for op, _lines, _n in piece:
+        for op, _lines, n in piece:
             try:
                 if op[0] == "row":
-                    key = (op[1], op[2], tuple(op[4] or op[3] or ()))
-                    if key != self._batch_key:
-                        await self._apply_batch()
-                        self._batch_key = key
-                    self._batch.append((op[3], op[4], op[5]))
+                    await self._batched(op[1], op[2], op[3], op[4], [(op[3], op[4], op[5])])
+                    continue
+                if op[0] == "rows":
+                    await self._batched(op[1], op[2], *_images(op[2], op[3], op[4]))
                     continue
                 await self._apply_batch()
-                if op[0] == "table":
+                if op[0] == "lines":
+                    await self._applied(op[1], "read", n, f"{op[3]}:{op[4]}",
+                                        self.tables.copy_lines(self._conn, *op[1:]))
+                elif op[0] == "table":
                     await self._ensure(op[1], op[2])
                 else:
                     await self._ddl(*op[1:])
@@ -262,20 +263,37 @@ class MirrorSink(BusSink):
             except psycopg.Error as exc:
                 raise DdlError(f"PostgreSQL refused it: {str(exc).strip().splitlines()[0]}") from None
 
-    async def _apply_batch(self) -> None:
-        import psycopg
+    async def _batched(self, name, op: str, before, after, rows: list) -> None:
+        """Add ``rows`` ((before, after, id), all with the columns of the images ``before`` and ``after``) to
+        the batch, applied first when it holds changes of another table, kind or columns; a batch of
+        :data:`BATCH_ROWS` is applied at once (PostgreSQL works on it while the next rows are decoded)."""
+        key = (name, op, tuple(after or before or ()))
+        if key != self._batch_key:
+            await self._apply_batch()
+            self._batch_key = key
+        self._batch.extend(rows)
+        if len(self._batch) >= BATCH_ROWS:
+            await self._apply_batch()
 
+    async def _apply_batch(self) -> None:
         if not self._batch:
             return
         (name, op, _cols), rows = self._batch_key, self._batch
         self._batch, self._batch_key = [], None
+        await self._applied(name, op, len(rows), rows[0][2], self.tables.apply(self._conn, name, op, rows))
+
+    async def _applied(self, name, op: str, count: int, cid: str, applying) -> None:
+        """Await ``applying``, the change of ``count`` rows of table ``name`` from change ``cid``; the data
+        errors fatal (exit 7)."""
+        import psycopg
+
         try:
-            await self.tables.apply(self._conn, name, op, rows)
+            await applying
         except DataError as exc:
             raise SinkError(f"{self.name}: {exc}", fatal=True, exit_code=EXIT_DATA) from None
         except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
-            raise SinkError(f"{self.name}: PostgreSQL refused the {op} of {len(rows)} rows of {name[0]}.{name[1]} "
-                            f"from change {rows[0][2]}: {str(exc).strip().splitlines()[0]}", fatal=True,
+            raise SinkError(f"{self.name}: PostgreSQL refused the {op} of {count} rows of {name[0]}.{name[1]} "
+                            f"from change {cid}: {str(exc).strip().splitlines()[0]}", fatal=True,
                             exit_code=EXIT_DATA) from None
 
     async def _commit(self, checkpoint: bytes | None) -> None:
@@ -307,6 +325,17 @@ class MirrorSink(BusSink):
         if isinstance(exc, (psycopg.OperationalError, OSError)):
             return SinkError(f"{self.name}: unreachable: {text}", exit_code=EXIT_UNREACHABLE)
         return SinkError(f"{self.name}: {text}")
+
+
+def _images(kind: str, rows: list, prefix: str) -> tuple:
+    """The first row's before and after images, and the rows of one rows event as (before, after, id)."""
+    if kind == "update":
+        out = [(b, a, f"{prefix}:{i}") for i, (b, a) in enumerate(rows)]
+    elif kind == "insert":
+        out = [(None, a, f"{prefix}:{i}") for i, a in enumerate(rows)]
+    else:
+        out = [(b, None, f"{prefix}:{i}") for i, b in enumerate(rows)]
+    return out[0][0], out[0][1], out
 
 
 __all__ = ["MirrorSink"]

@@ -6,9 +6,10 @@ Runs on the mirror sink's worker loop, inside the one open PostgreSQL transactio
 from __future__ import annotations
 
 import re
+from operator import itemgetter
 
 from binlogd.daemon.sinks.mirrorddl import DdlError, added_default, create_sql, literal, pg_columns, same_shape
-from binlogd.library.pgtypes import converter, copy_field, pg_text, pg_type, quote_ident
+from binlogd.library.pgtypes import converter, pg_text, pg_type, quote_ident
 from binlogd.library.schema import changes as D
 from binlogd.library.schema.catalog import DROPPED, Catalog
 from binlogd.library.schema.model import TableDef
@@ -21,6 +22,10 @@ CREATE_META = (f"CREATE TABLE IF NOT EXISTS {META} (mysql_schema text, mysql_tab
                "checkpoint jsonb NOT NULL)")
 _TRUNCATE = re.compile(r"\s*TRUNCATE\s+(?:TABLE\s+)?((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)"
                        r"\s*;?\s*$", re.I | re.S)
+#: Types whose values COPY takes as psycopg writes them (:func:`plain`).
+PLAIN = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "year", "float", "double", "enum",
+                   "char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+DATES = frozenset({"date", "datetime", "timestamp"})
 SET_ROWS = 64  # a run of at least this many updates or deletes by distinct, unchanged keys is applied set-wise
 _INPLACE = (D.AddColumn, D.DropColumn, D.RenameColumn, D.ChangeColumn, D.RenameTo, D.Charset)
 
@@ -253,15 +258,10 @@ class Tables:
         columns). Raises: DataError (a value PostgreSQL cannot hold, or a row the mirror lacks)."""
         if name not in self.defs:
             raise DataError(f"{name[0]}.{name[1]} is not mirrored (no TABLE_MAP before its rows)")
-        q = self.qualified(name)
         if op in ("insert", "read"):
-            names = list(rows[0][1])
-            lines = ["\t".join(map(copy_field, v)) for v in self._values(name, rows, [(1, k) for k in names])]
-            sql = f"COPY {q} ({', '.join(quote_ident(k) for k in names)}) FROM STDIN"
-            async with conn.cursor() as cur:
-                async with cur.copy(sql) as copy:
-                    await copy.write(("\n".join(lines) + "\n").encode())
+            await self._insert(conn, name, rows)
             return
+        q = self.qualified(name)
         table = self.defs[name]
         before0 = rows[0][0]
         keys = [k for k in table.primary_key if k in before0] if table.primary_key else []
@@ -280,6 +280,31 @@ class Tables:
                 await self._each_apply(conn, name, q, op, keys, rows[start:stop])
             start = stop
 
+    async def copy_lines(self, conn, name, data: bytes, prefix: str, first: int) -> None:
+        """Insert the rows of ``data``, change-event JSON lines of table ``name`` (a snapshot chunk, ids
+        ``<prefix>:<first + i>``), by one COPY. Only each line's ``after`` object is parsed: it starts at the
+        same place in every line (the envelope's keys before it are the same) and ends before the line's last
+        ``,"ts":`` (``source`` has no ``ts``; a string's quotes are escaped). Dates go as they are when no
+        value in the chunk can be a zero date. Raises: as :meth:`apply`."""
+        import orjson
+
+        lines, loads = data.splitlines(), orjson.loads
+        start = lines[0].index(b'"after":') + 8
+        afters = loads(b"[" + b",".join([line[start:line.rindex(b',"ts":')] for line in lines]) + b"]")
+        if afters[0] != loads(lines[0])["after"]:  # another layout: every line parsed whole
+            afters = [loads(line)["after"] for line in lines]
+        if name not in self.defs:
+            raise DataError(f"{name[0]}.{name[1]} is not mirrored (no table definition before its rows)")
+        rows = [(None, a, f"{prefix}:{i}") for i, a in enumerate(afters, first)]
+        await self._insert(conn, name, rows, b"-00" not in data and b'"0000-' not in data)
+
+    async def _insert(self, conn, name, rows: list, dates: bool = False) -> None:
+        """COPY ``rows`` (inserts) into table ``name``; ``dates``: their dates need no conversion (no zero
+        dates; a TIMESTAMP's text is UTC, the session's time zone)."""
+        names = list(rows[0][1])
+        sql = f"COPY {self.qualified(name)} ({', '.join(quote_ident(k) for k in names)}) FROM STDIN"
+        await self._copy(conn, sql, name, rows, [(1, k) for k in names], dates)
+
     async def _each_apply(self, conn, name, q: str, op: str, keys: list, rows: list) -> None:
         """One statement per row (pipelined): by key, or for a keyless table the ctid of one equal row."""
         before0, after0 = rows[0][0], rows[0][1] or {}
@@ -294,16 +319,14 @@ class Tables:
     async def _set_apply(self, conn, name, q: str, op: str, keys: list, rows: list) -> None:
         """Rows with distinct keys, none changed: COPY into a temporary table, then one UPDATE ... FROM or
         DELETE ... USING joined on the key."""
-        sets = [k for k in (rows[0][1] or {}) if k not in keys] if op == "update" else []
+        sets = _changed(rows, [k for k in rows[0][1] if k not in keys]) if op == "update" else []
         names = keys + sets
         listed = ", ".join(quote_ident(k) for k in names)
         async with conn.cursor() as cur:
             await cur.execute(f"CREATE TEMP TABLE binlogd_batch ON COMMIT DROP AS SELECT {listed} FROM {q} "
                               "WITH NO DATA")
             spec = [(0, k) for k in keys] + [(1, k) for k in sets]
-            lines = ["\t".join(map(copy_field, v)) for v in self._values(name, rows, spec)]
-            async with cur.copy(f"COPY binlogd_batch ({listed}) FROM STDIN") as copy:
-                await copy.write(("\n".join(lines) + "\n").encode())
+            await self._copy(conn, f"COPY binlogd_batch ({listed}) FROM STDIN", name, rows, spec)
             on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in keys)
             if op == "update":
                 assign = ", ".join(f"{quote_ident(k)} = s.{quote_ident(k)}" for k in sets)
@@ -330,21 +353,66 @@ class Tables:
             self._sql[key] = sql
         return sql
 
-    def _values(self, name, rows: list, spec: list) -> list[list]:
-        """The PostgreSQL text of each row's values that ``spec`` names: (0 before / 1 after, column) pairs.
-        Raises: DataError naming the column and change."""
+    async def _copy(self, conn, sql: str, name, rows: list, spec: list, dates: bool = False) -> None:
+        """COPY the values ``spec`` names of ``rows`` (:meth:`_tuples`, ``dates`` as there). Raises: DataError (a
+        value PostgreSQL cannot hold, named with its column and change), psycopg.DataError (one it refused)."""
+        import psycopg
+
+        values = self._tuples(name, rows, spec, dates)
+        try:
+            async with conn.cursor() as cur:
+                async with cur.copy(sql) as copy:
+                    for v in values:
+                        await copy.write_row(v)
+        except psycopg.DataError:
+            self._check(name, rows, spec)
+            raise
+
+    def _converters(self, name) -> dict:
         key = (name, self.json_text)
         conv = self._conv.get(key)
         if conv is None:
             conv = self._conv[key] = {c.name: converter(c, self.json_text) for c in self.defs[name].columns}
+        return conv
+
+    def _tuples(self, name, rows: list, spec: list, dates: bool = False) -> list:
+        """The values ``spec`` names ((0 before / 1 after, column) pairs, the before ones first) of each row, as
+        psycopg's COPY takes them: a value of a :data:`PLAIN` type as it is (its Python text is PostgreSQL's),
+        the others as PostgreSQL text; ``dates``: a DATE, DATETIME or TIMESTAMP too (no zero dates among them).
+        Raises: DataError naming the column and change."""
+        cols, conv = self.columns(name), self._converters(name)
+        try:
+            special = [(i, conv[k]) for i, (_side, k) in enumerate(spec)
+                       if not (plain(cols[k]) or dates and cols[k].type in DATES)]
+            after = _getter([k for side, k in spec if side == 1])
+            if all(side == 1 for side, _k in spec):
+                values = [after(r[1]) for r in rows]
+            else:
+                before = _getter([k for side, k in spec if side == 0])
+                values = [before(r[0]) + after(r[1]) for r in rows]
+            if special:
+                values = [_convert(v, special) for v in values]
+            return values
+        except (KeyError, ValueError, TypeError, AttributeError):
+            self._check(name, rows, spec)
+            raise
+
+    def _values(self, name, rows: list, spec: list) -> list[list]:
+        """The PostgreSQL text of each row's values that ``spec`` names: (0 before / 1 after, column) pairs.
+        Raises: DataError naming the column and change."""
+        conv = self._converters(name)
         try:
             fs = [(side, k, conv[k]) for side, k in spec]
             return [[f(r[side][k]) for side, k, f in fs] for r in rows]
         except (KeyError, ValueError, TypeError, AttributeError):
-            for r in rows:  # the precise error
-                for side, k in spec:
-                    self._text(self.columns(name), name, k, (r[side] or {}).get(k), r[2], self.json_text)
+            self._check(name, rows, spec)
             raise
+
+    def _check(self, name, rows: list, spec: list) -> None:
+        """Raises: DataError for the first value of ``rows`` that PostgreSQL's text of it cannot be made of."""
+        for r in rows:
+            for side, k in spec:
+                self._text(self.columns(name), name, k, (r[side] or {}).get(k), r[2], self.json_text)
 
     @staticmethod
     def _text(cols: dict, name, column: str, value, cid: str, json_text: bool) -> str | None:
@@ -358,17 +426,49 @@ class Tables:
 
 
 def _set_run(rows: list, start: int, keys: list, op: str) -> int:
-    """The end of the run of ``rows`` from ``start`` whose keys are distinct and unchanged (and, for an update,
-    that set at least one column besides the key)."""
-    seen = set()
-    for i in range(start, len(rows)):
+    """The end of the run of ``rows`` (all with the same columns) from ``start`` whose keys are distinct and
+    unchanged (and, for an update, that set at least one column besides the key)."""
+    before_key, seen, n = _getter(keys), set(), len(rows)
+    after = rows[start][1]
+    if op == "update" and len(after) <= len(keys):
+        return start
+    moved = [k for k in keys if k in after] if op == "update" else []
+    moved_key = _getter(moved)
+    for i in range(start, n):
         before, after, _cid = rows[i]
-        key = tuple(before[k] for k in keys)
-        if key in seen or op == "update" and (any(k in after and after[k] != before[k] for k in keys)
-                                              or len(after) <= len(keys)):
+        key = before_key(before)
+        if key in seen or moved and moved_key(after) != moved_key(before):
             return i
         seen.add(key)
-    return len(rows)
+    return n
+
+
+def _changed(rows: list, columns: list) -> list:
+    """Those of ``columns`` that some row's update changes (a column its before image lacks counts as changed),
+    else all of them."""
+    changed = [k for k in columns if any(r[0].get(k, r) != r[1][k] for r in rows)]
+    return changed or columns
+
+
+def plain(col) -> bool:
+    """Whether psycopg's text of ``col``'s values (README's JSON forms) is what PostgreSQL takes for its type:
+    integers, DECIMAL and YEAR, FLOAT and DOUBLE, ENUM, and text in a character set."""
+    return col.type in PLAIN and col.charset != "binary"
+
+
+def _getter(keys: list):
+    """A function of a dict giving the tuple of its values at ``keys``."""
+    if len(keys) == 1:
+        key = keys[0]
+        return lambda d: (d[key],)
+    return itemgetter(*keys) if keys else lambda d: ()
+
+
+def _convert(values: tuple, special: list) -> list:
+    out = list(values)
+    for i, f in special:
+        out[i] = f(out[i])
+    return out
 
 
 def _check_count(name, op: str, rows: list, count: int) -> None:
