@@ -38,11 +38,11 @@ def snapshot_account(srv) -> dict:
     return {"source.user": "mirrorsnap", "source.password": "mirrorsnappass"}
 
 
-def transfers(srv, db, stop: threading.Event, done: list, loose: bool = True) -> None:
-    """Money moved between accounts, one transfer a transaction, until ``stop``; with ``loose`` every tenth also
-    inserts a row into the keyless table. ``done`` gets the number of transfers."""
+def transfers(srv, db, stop: threading.Event, done: list, loose: bool = True, rate: float = 400) -> None:
+    """Money moved between accounts, one transfer a transaction, at most ``rate`` a second, until ``stop``; with
+    ``loose`` every tenth also inserts a row into the keyless table. ``done`` gets the number of transfers."""
     conn = srv.connect(database=db, autocommit=False)
-    i = 0
+    i, began = 0, time.monotonic()
     while not stop.is_set():
         with conn.cursor() as cur:
             a, b = i % ACCOUNTS + 1, (i * 7 + 3) % ACCOUNTS + 1
@@ -52,6 +52,9 @@ def transfers(srv, db, stop: threading.Event, done: list, loose: bool = True) ->
                 cur.execute("INSERT INTO loose VALUES (%s, 'x')", (i,))
         conn.commit()
         i += 1
+        ahead = i / rate - (time.monotonic() - began)
+        if ahead > 0:
+            stop.wait(ahead)
     conn.close()
     done.append(i)
 
