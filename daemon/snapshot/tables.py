@@ -159,8 +159,10 @@ class TableInfo:
 
     def select_list(self) -> str:
         """Every column, FLOAT as DOUBLE (the text protocol shows a FLOAT with 6 digits only; as a DOUBLE it is
-        exact, and :func:`float32` gives the shortest text of it, as the stream does)."""
-        return ", ".join(f"({quote_name(c)} + 0e0)" if t == "float" else quote_name(c)
+        exact, and :func:`float32` gives the shortest text of it, as the stream does) and YEAR as a number (its
+        text of 0 is ``0000``, which is no JSON number)."""
+        cast = {"float": " + 0e0", "year": " + 0"}
+        return ", ".join(f"({quote_name(c)}{cast[t]})" if t in cast else quote_name(c)
                          for c, t in zip(self.columns, self.types))
 
     def _literal(self, column: int, value, escape) -> str:
