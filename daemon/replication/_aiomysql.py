@@ -97,7 +97,11 @@ async def connect(*, host: str, port: int, user: str, password: str, ssl, connec
     conn = _Connection(host=host, port=port, user=user, password=password.encode("utf-8").decode("latin-1"),
                        ssl=ssl, connect_timeout=connect_timeout, autocommit=True, program_name=program_name,
                        cursorclass=_Cursor)
-    await conn._connect()
+    try:
+        await conn._connect()
+    except BaseException:  # aiomysql closes on an Exception only: a cancel mid-handshake would leave it open
+        conn.close()
+        raise
     return conn
 
 

@@ -118,9 +118,13 @@ class Readers:
                 pass
 
     async def close(self) -> None:
-        """Close every reader's connection, the spares' too (those still opening are cancelled)."""
-        ended = await close_tasks(*self.spares)
-        self.open += [spare.result() for spare, error in zip(self.spares, ended) if error is None]
-        for reader in self.open:
-            reader.conn.close()
-        self.open, self.spares = [], []
+        """Close every reader's connection, the spares' too (those still opening are cancelled); a cancel while
+        they end closes them all the same."""
+        try:
+            await close_tasks(*self.spares)  # they have all ended when it returns or raises
+        finally:
+            self.open += [spare.result() for spare in self.spares
+                          if spare.done() and not spare.cancelled() and spare.exception() is None]
+            for reader in self.open:
+                reader.conn.close()
+            self.open, self.spares = [], []
