@@ -8,8 +8,9 @@ server skips, naming why, when it cannot be fetched (a download is outside our c
 CI=true); the machine's server is required under CI. A module whose ``pytestmark`` is
 :func:`tests.support.servers.cross_compression` also runs on ``[mysql-9.7-compressed]``: every server its tests
 start compresses transactions (binlog_transaction_compression=ON). MariaDB-only features skip on MySQL
-through :mod:`tests.support.flavour`. For CI time only the modules in :data:`MYSQL_MODULES` run their server
-tests on MySQL 9.7 (``--all-mysql``: every module).
+through :mod:`tests.support.flavour`. For CI time only the modules in :data:`MARIADB_118_MODULES` run their
+server tests on 11.8 and those in :data:`MYSQL_MODULES` on MySQL 9.7 (``--all-servers``: every module on every
+server).
 - ``server_binaries``  session: the :class:`binlogd.cli.serverbins.ServerBinaries` of that server, for tests
                        that start their own ``LocalServer(binaries=server_binaries, ...)``.
 - ``mariadb``          session: MariaDB (or MySQL: GTIDs on) with ROW binlog, FULL row image,
@@ -46,8 +47,18 @@ from tests.support.paths import CORPUS
 _SERVER_FIXTURES = {"server_binaries", "mariadb", "mariadb_minimal", "fresh_db", "mysql84"}
 
 
-# The modules whose server tests also run on MySQL 9.7 by default: every server test on it adds about 22 minutes
-# (the suite's budget allows 8), these about 5; --all-mysql runs every one. The test_mysql97_* modules always run.
+# For CI time a server test runs on the machine's MariaDB, and on the other servers only where they differ: on
+# MariaDB 11.8 the modules of MARIADB_118_MODULES (row values, types, VECTOR, DDL and the schema history, server
+# queries, SQL replay, positions, authentication), on MySQL 9.7 those of MYSQL_MODULES (every server test on it
+# would add about 22 minutes) and the test_mysql97_* modules. --all-servers runs every server test on every server.
+MARIADB_118_MODULES = frozenset({
+    "test_row_values", "test_localserver", "test_sql_replay", "test_schema_history", "test_positions_files",
+    "test_sql_corpus", "test_snapshot", "test_vector_mariadb", "test_schema_identity", "test_sql_runs_server",
+    "test_snapshot_rows", "test_passwords", "test_sql_flashback", "test_server_queries", "test_sql_native_every_type",
+    "test_rowimage_every_type", "test_jsonrows_every_type", "test_daemon_roundtrip", "test_daemon_resume",
+    "test_info_open_binlog", "test_daemon_schema_filters", "test_schema_history_daemon", "test_events_beyond_rows",
+    "test_mirror", "test_snapshot_locked_view", "test_snapshot_incremental",
+})
 MYSQL_MODULES = frozenset({
     "test_localserver", "test_daemon_roundtrip", "test_daemon_resume", "test_daemon_archive", "test_passwords",
     "test_snapshot", "test_snapshot_locked_view", "test_snapshot_incremental", "test_failover_daemon",
@@ -59,19 +70,20 @@ MYSQL_MODULES = frozenset({
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False,
                      help="also run tests marked slow (long fault/fuzz runs)")
-    parser.addoption("--all-mysql", action="store_true", default=False,
-                     help="run every server test on MySQL 9.7 too, not only the modules of tests/conftest.py's "
-                          "MYSQL_MODULES")
+    parser.addoption("--all-servers", action="store_true", default=False,
+                     help="run every server test on every server, not only the modules of tests/conftest.py's "
+                          "MARIADB_118_MODULES on MariaDB 11.8 and MYSQL_MODULES on MySQL 9.7")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     runslow = config.getoption("--runslow")
     skip_slow = pytest.mark.skip(reason="slow test: run with --runslow")
-    if not config.getoption("--all-mysql"):
-        mysql_only = [i for i in items if _on_mysql(i) and i.path.stem not in MYSQL_MODULES]
-        if mysql_only:
-            config.hook.pytest_deselected(items=mysql_only)
-            items[:] = [i for i in items if not (_on_mysql(i) and i.path.stem not in MYSQL_MODULES)]
+    if not config.getoption("--all-servers"):
+        fetched_118 = servers.machine_version() != "11.8"  # the machine's own server runs every test
+        elsewhere = [i for i in items if not _runs_here(i, fetched_118)]
+        if elsewhere:
+            config.hook.pytest_deselected(items=elsewhere)
+            items[:] = [i for i in items if _runs_here(i, fetched_118)]
     for item in items:
         if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
@@ -79,10 +91,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_slow)
 
 
-def _on_mysql(item: pytest.Item) -> bool:
-    """Whether ``item`` runs on a MySQL 9.7 id of the ``server_binaries`` fixture."""
+def _runs_here(item: pytest.Item, fetched_118: bool) -> bool:
+    """Whether ``item`` runs without --all-servers: a test on MySQL 9.7, or on MariaDB 11.8 when that is the
+    fetched one (``fetched_118``), only in its modules."""
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and str(callspec.params.get("server_binaries", "")).startswith(servers.MYSQL)
+    server = str(callspec.params.get("server_binaries", "")) if callspec is not None else ""
+    if server.startswith(servers.MYSQL):
+        return item.path.stem in MYSQL_MODULES or item.path.stem.startswith("test_mysql97_")
+    if server == "11.8" and fetched_118:
+        return item.path.stem in MARIADB_118_MODULES
+    return True
 
 
 def _skip_or_fail(reason: str) -> None:
