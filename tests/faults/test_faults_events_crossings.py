@@ -28,20 +28,11 @@ from binlogd.cli.localserver import LocalServer
 from binlogd.library.identity import order_key
 from tests.faults.test_faults_bus_events import ROWS, cut_short, insert_big, nats_last_seq
 from tests.faults.test_faults_ha import ACTIVE, LEASE, finish, start_pair
-from tests.integration.test_bus_events import (
-    SHAPES,
-    Names,
-    counts,
-    in_order,
-    load,
-    overrides,
-    read_all,
-    table_of,
-    transactions,
-)
+from tests.integration.test_bus_events import Names, counts, in_order, overrides, read_all, table_of, transactions
 from tests.support import servers
 from tests.support.brokers import KINDS, require
 from tests.support.daemon import running_daemon, wait_caught_up, wait_until
+from tests.support.eventload import SHAPES, load
 from tests.support.faults import SCHEMA, Writer, create_tables, local_server
 from tests.support.snapshots import reload_account
 

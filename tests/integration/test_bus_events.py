@@ -17,16 +17,14 @@ import uuid
 
 import pytest
 
-from binlogd.cli.filetools import dump_events
 from binlogd.library.identity import order_key
-from binlogd.protocol import events as E
 from tests.support.brokers import KINDS, require
 from tests.support.busread import redis_checkpoint
 from tests.support.daemon import base_overrides, read_checkpoint, running_daemon, wait_caught_up, wait_until
+from tests.support.eventload import SHAPES, load, walk
 
 pytestmark = pytest.mark.server
 ALL = ["redis", "nats", "postgres"]
-SHAPES = [(3, 2), (1, 0), (0, 4), (5, 1)]   # (inserts into a, updates of b) per transaction
 
 
 @pytest.fixture(scope="module", params=ALL)
@@ -201,49 +199,6 @@ def counts(commit: dict) -> dict:
     return commit["tables"]
 
 
-def load(server, db: str) -> None:
-    conn = server.connect(database=db)
-    try:
-        cur = conn.cursor()
-        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))")
-        cur.execute("CREATE TABLE b (id INT PRIMARY KEY, n INT)")
-        cur.execute("INSERT INTO b VALUES " + ", ".join(f"({i}, 0)" for i in range(10)))
-        next_id = 0
-        for k, m in SHAPES:
-            cur.execute("BEGIN")
-            for _ in range(k):
-                cur.execute("INSERT INTO a VALUES (%s, 'x')", (next_id,))
-                next_id += 1
-            for i in range(m):
-                cur.execute("UPDATE b SET n = n + 1 WHERE id = %s", (i,))
-            cur.execute("COMMIT")
-        cur.execute("ALTER TABLE a ADD COLUMN c2 INT NULL AFTER id")
-        cur.execute("INSERT INTO a VALUES (100, 7, 'after')")
-    finally:
-        conn.close()
-
-
-def walk(server, db: str) -> tuple[list, list]:
-    """From the server's binlog files: ([(begin id, commit id)] of each transaction with rows of ``db``,
-    [(file, pos, statement)] of each of ``db``'s QUERY events that is not BEGIN)."""
-    found, ddls = [], []
-    for path in server.binlog_files():
-        opener, has_rows = None, False
-        for ev in dump_events(path):
-            pos = ev.header.pos
-            if isinstance(ev, (E.GtidEvent, E.MariadbGtidEvent)):
-                opener, has_rows = pos, False
-            elif isinstance(ev, E.RowsEvent) and ev.schema == db:
-                has_rows = True
-            elif isinstance(ev, E.QueryEvent) and ev.schema == db and ev.query.upper() != "BEGIN":
-                ddls.append((path.name, pos, ev.query))
-            elif isinstance(ev, E.XidEvent):
-                if has_rows:
-                    found.append((f"{path.name}:{opener}:0:begin", f"{path.name}:{pos}:0:commit"))
-                has_rows = False
-    return found, ddls
-
-
 # ---------------------------------------------------------------------------------------------- the tests
 @pytest.mark.parametrize("fmt", ["binlogd", "debezium"])
 def test_transactions_and_schema_changes(bus, fmt, mariadb, fresh_db, tmp_path):
@@ -260,7 +215,7 @@ def test_transactions_and_schema_changes(bus, fmt, mariadb, fresh_db, tmp_path):
     assert {word(e) for e in events["schema"]} == {"ddl"}
     found = transactions(in_order(changes, events))
     walked, ddls = walk(mariadb, db)
-    assert [(b["source"]["id"], c["source"]["id"]) for b, _, c in found] == walked
+    assert [(b["source"]["id"], c["source"]["id"]) for b, _, c in found] == [(b, c) for b, c, _ in walked]
     expected = [{f"{db}.b": 10}] + [{t: n for t, n in ((f"{db}.a", k), (f"{db}.b", m)) if n} for k, m in SHAPES] \
         + [{f"{db}.a": 1}]
     assert [counts(c) for _, _, c in found] == expected

@@ -14,62 +14,11 @@ import time
 
 import pytest
 
-from binlogd.cli.filetools import dump_events
 from binlogd.library.identity import order_key
-from binlogd.protocol import events as E
 from tests.support.daemon import base_overrides, read_changes, running_daemon, wait_caught_up, wait_until
+from tests.support.eventload import SHAPES, load, walk
 
 pytestmark = pytest.mark.server
-
-SHAPES = [(3, 2), (1, 0), (0, 4), (5, 1)]   # (inserts into a, updates of b) per transaction
-
-
-def _load(server, db: str) -> None:
-    conn = server.connect(database=db)
-    try:
-        cur = conn.cursor()
-        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))")
-        cur.execute("CREATE TABLE b (id INT PRIMARY KEY, n INT)")
-        cur.execute("INSERT INTO b VALUES " + ", ".join(f"({i}, 0)" for i in range(10)))
-        next_id = 0
-        for k, m in SHAPES:
-            cur.execute("BEGIN")
-            for _ in range(k):
-                cur.execute("INSERT INTO a VALUES (%s, 'x')", (next_id,))
-                next_id += 1
-            for i in range(m):
-                cur.execute("UPDATE b SET n = n + 1 WHERE id = %s", (i,))
-            cur.execute("COMMIT")
-        cur.execute("ALTER TABLE a ADD COLUMN c2 INT NULL AFTER id")
-        cur.execute("INSERT INTO a VALUES (100, 7, 'after')")
-    finally:
-        conn.close()
-
-
-def _walk(server, db: str) -> tuple[list, list]:
-    """From the server's binlog files, read independently of the daemon: ([(begin id, commit id, gtid)] of each
-    transaction with rows of ``db``, [(file, pos, statement)] of each QUERY event of ``db`` that is not BEGIN)."""
-    transactions, ddls = [], []
-    for path in server.binlog_files():
-        opener, gtid, has_rows = None, None, False
-        for ev in dump_events(path):
-            pos = ev.header.pos
-            if isinstance(ev, (E.GtidEvent, E.MariadbGtidEvent)):
-                opener, gtid, has_rows = pos, ev.gtid, False
-                continue
-            inner = [(ev, 0)] if not isinstance(ev, E.TransactionPayloadEvent) else list(zip(ev.events, ev.offsets))
-            for item, offset in inner:
-                if isinstance(item, E.RowsEvent) and item.schema == db:
-                    has_rows = True
-                elif isinstance(item, E.QueryEvent) and item.schema == db and item.query.upper() != "BEGIN":
-                    ddls.append((path.name, pos, item.query))
-                elif isinstance(item, E.XidEvent):
-                    if has_rows:
-                        transactions.append((f"{path.name}:{opener}:0:begin", f"{path.name}:{pos}:{offset}:commit",
-                                             gtid))
-                    has_rows = False
-    return transactions, ddls
-
 
 def _transactions(events: list[dict]) -> list[tuple[dict, list[dict], dict]]:
     """(begin, changes, commit) of each transaction in ``events`` (the binlogd format); asserts they nest."""
@@ -94,13 +43,13 @@ def test_transactions_and_schema_changes_match_the_servers_log(mariadb, fresh_db
     overrides = base_overrides(mariadb, tmp_path, sink__transaction_events="true", sink__schema_events="true",
                                filters__include_schemas=db)
     with running_daemon(overrides) as daemon:
-        _load(mariadb, db)
+        load(mariadb, db)
         wait_caught_up(mariadb, tmp_path / "checkpoint.json", daemon=daemon)
     events = read_changes(tmp_path / "sink")
     ids = [e["source"]["id"] for e in events]
     assert len(ids) == len(set(ids)) and ids == sorted(ids, key=order_key), "ids repeat or are out of order"
     found = _transactions(events)
-    walked, ddls = _walk(mariadb, db)
+    walked, ddls = walk(mariadb, db)
     assert [(b["source"]["id"], c["source"]["id"], b["source"]["gtid"]) for b, _, c in found] == walked
     # the load's shapes: the seed of b, then SHAPES (a transaction of no change has no begin/commit), then one
     expected = [{f"{db}.b": 10}] + [{k: n for k, n in ((f"{db}.a", k), (f"{db}.b", m)) if n}
@@ -132,10 +81,10 @@ def test_debezium_transaction_metadata(mariadb, fresh_db, tmp_path):
     overrides = base_overrides(mariadb, tmp_path, sink__format="debezium", sink__transaction_events="true",
                                sink__schema_events="true", filters__include_schemas=db)
     with running_daemon(overrides) as daemon:
-        _load(mariadb, db)
+        load(mariadb, db)
         wait_caught_up(mariadb, tmp_path / "checkpoint.json", daemon=daemon)
     events = read_changes(tmp_path / "sink")
-    walked, _ = _walk(mariadb, db)
+    walked, _ = walk(mariadb, db)
     assert len(walked) == len(SHAPES) + 2
     statuses = [e for e in events if "status" in e]
     assert [e["status"] for e in statuses] == ["BEGIN", "END"] * len(walked)
