@@ -65,6 +65,20 @@ def insert_big(server, db: str, errors: list) -> None:
         errors.append(exc)
 
 
+def kill_inside_a_big_commit(server, db: str, kind: str, broker, names: Names, daemon) -> None:
+    """Insert :data:`ROWS` rows in one transaction into ``db``.t and SIGKILL ``daemon`` once part of its commit is
+    in the broker (:func:`cut_short`); returns when the insert has ended (AssertionError if it failed)."""
+    base = nats_last_seq(broker, names) if kind == "nats" else 0
+    errors: list = []
+    big = threading.Thread(target=insert_big, args=(server, db, errors))
+    big.start()
+    wait_until(lambda: cut_short(kind, broker, names, base), timeout=60, interval=0.02,
+               what="part of the big transaction in the broker")
+    daemon.kill()
+    big.join()
+    assert not errors, errors
+
+
 @pytest.mark.parametrize("kind", ["redis", "nats", "postgres"])
 def test_sigkill_inside_a_big_commit(kind, mariadb, fresh_db, tmp_path):
     require(kind)
@@ -79,15 +93,7 @@ def test_sigkill_inside_a_big_commit(kind, mariadb, fresh_db, tmp_path):
             for i in range(5):
                 mariadb.sql(f"INSERT INTO `{db}`.t VALUES ({i}, 'small')")
             wait_caught_up(mariadb, tmp_path / "checkpoint.json", timeout=60, daemon=d)
-            base = nats_last_seq(broker, names) if kind == "nats" else 0
-            errors = []
-            big = threading.Thread(target=insert_big, args=(mariadb, db, errors))
-            big.start()
-            wait_until(lambda: cut_short(kind, broker, names, base), timeout=60, interval=0.02,
-                       what="part of the big transaction in the broker")
-            d.kill()
-            big.join()
-            assert not errors, errors
+            kill_inside_a_big_commit(mariadb, db, kind, broker, names, d)
         finally:
             if d.running:
                 d.kill()

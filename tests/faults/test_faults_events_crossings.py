@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import uuid
 from types import SimpleNamespace
@@ -26,12 +25,12 @@ import pytest
 
 from binlogd.cli.localserver import LocalServer
 from binlogd.library.identity import order_key
-from tests.faults.test_faults_bus_events import ROWS, cut_short, insert_big, nats_last_seq
+from tests.faults.test_faults_bus_events import ROWS, kill_inside_a_big_commit
 from tests.faults.test_faults_ha import ACTIVE, LEASE, finish, start_pair
 from tests.integration.test_bus_events import Names, counts, in_order, overrides, read_all, table_of, transactions
 from tests.support import servers
 from tests.support.brokers import KINDS, require
-from tests.support.daemon import running_daemon, wait_caught_up, wait_until
+from tests.support.daemon import running_daemon, wait_caught_up
 from tests.support.eventload import SHAPES, load
 from tests.support.faults import SCHEMA, Writer, create_tables, local_server
 from tests.support.snapshots import reload_account
@@ -116,15 +115,7 @@ def test_ha_sigkill_inside_a_big_commit(kind, tmp_path):
             for i in range(5):
                 srv.sql(f"INSERT INTO {SCHEMA}.t VALUES ({i}, 'small')")
             wait_caught_up(srv, tmp_path / "a" / "checkpoint.json", timeout=60, daemon=a)
-            base = nats_last_seq(broker, names) if kind == "nats" else 0
-            errors: list = []
-            big = threading.Thread(target=insert_big, args=(srv, SCHEMA, errors))
-            big.start()
-            wait_until(lambda: cut_short(kind, broker, names, base), timeout=60, interval=0.02,
-                       what="part of the big transaction in the broker")
-            a.kill()
-            big.join()
-            assert not errors, errors
+            kill_inside_a_big_commit(srv, SCHEMA, kind, broker, names, a)
             b.wait_for_line(ACTIVE, timeout=LEASE + 10)
             b.wait_streaming(timeout=30)
             for i in range(5, 10):

@@ -21,7 +21,7 @@ from binlogd.library.identity import order_key
 from tests.support.brokers import KINDS, require
 from tests.support.busread import redis_checkpoint
 from tests.support.daemon import base_overrides, read_checkpoint, running_daemon, wait_caught_up, wait_until
-from tests.support.eventload import SHAPES, load, walk
+from tests.support.eventload import SHAPES, kill_three_times, load, walk
 
 pytestmark = pytest.mark.server
 ALL = ["redis", "nats", "postgres"]
@@ -289,16 +289,8 @@ def test_sigkill_leaves_whole_transactions(bus, mariadb, fresh_db, tmp_path):
                   sink__heartbeat_seconds="0.3")
     conn = mariadb.connect(database=db)
     cur = conn.cursor()
-    next_id = 0
     try:
-        for _ in range(3):
-            with running_daemon(o, stop="kill"):
-                for _ in range(40):
-                    cur.execute("BEGIN")
-                    for _ in range(3):
-                        cur.execute("INSERT INTO a VALUES (%s, 1)", (next_id,))
-                        next_id += 1
-                    cur.execute("COMMIT")
+        inserted = kill_three_times(cur, o)
         cur.execute("ALTER TABLE a ADD COLUMN w INT")
         with running_daemon(o) as daemon:
             wait_caught_up(mariadb, tmp_path / "checkpoint.json", daemon=daemon)
@@ -307,5 +299,5 @@ def test_sigkill_leaves_whole_transactions(bus, mariadb, fresh_db, tmp_path):
     changes, events = read_all(kind, broker.url, names)
     found = transactions(in_order(changes, events))   # also: no id twice, no begin without its commit
     assert len(found) == 40 * 3 and all(counts(c) == {f"{db}.a": 3} for _, _, c in found)
-    assert sorted(ch["after"]["id"] for _, chs, _ in found for ch in chs) == list(range(next_id))
+    assert sorted(ch["after"]["id"] for _, chs, _ in found for ch in chs) == list(range(inserted))
     assert [e["ddl"] for e in events["schema"]] == ["ALTER TABLE a ADD COLUMN w INT"]

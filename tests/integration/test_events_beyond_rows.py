@@ -16,7 +16,7 @@ import pytest
 
 from binlogd.library.identity import order_key
 from tests.support.daemon import base_overrides, read_changes, running_daemon, wait_caught_up, wait_until
-from tests.support.eventload import SHAPES, load, walk
+from tests.support.eventload import SHAPES, kill_three_times, load, walk
 
 pytestmark = pytest.mark.server
 
@@ -156,16 +156,8 @@ def test_sigkill_leaves_whole_transactions(mariadb, fresh_db, tmp_path):
     overrides = base_overrides(mariadb, tmp_path, sink__transaction_events="true", filters__include_schemas=db)
     conn = mariadb.connect(database=db)
     cur = conn.cursor()
-    next_id = 0
     try:
-        for _ in range(3):
-            with running_daemon(overrides, stop="kill"):
-                for _ in range(40):
-                    cur.execute("BEGIN")
-                    for _ in range(3):
-                        cur.execute("INSERT INTO a VALUES (%s, 1)", (next_id,))
-                        next_id += 1
-                    cur.execute("COMMIT")
+        inserted = kill_three_times(cur, overrides)
         with running_daemon(overrides) as daemon:
             wait_caught_up(mariadb, tmp_path / "checkpoint.json", daemon=daemon)
     finally:
@@ -175,4 +167,4 @@ def test_sigkill_leaves_whole_transactions(mariadb, fresh_db, tmp_path):
     assert len(ids) == len(set(ids)), "an event was delivered twice"
     found = _transactions(events)
     assert len(found) == 40 * 3 and all(c["events"] == 3 for _, _, c in found)
-    assert sorted(ch["after"]["id"] for _, chs, _ in found for ch in chs) == list(range(next_id))
+    assert sorted(ch["after"]["id"] for _, chs, _ in found for ch in chs) == list(range(inserted))

@@ -3,6 +3,7 @@
 - :data:`SHAPES`: the transactions of known shape, (inserts into ``a``, updates of ``b``) each;
 - :func:`load`: ``a`` and ``b`` created, ``b`` seeded, the SHAPES, then a DDL that adds a column mid-table and one
   insert after it;
+- :func:`kill_three_times`: 120 three-row transactions into ``a``, the daemon SIGKILLed after each 40;
 - :func:`walk`: from the server's own binlog files, each transaction with rows of the schema (its begin and commit
   ids, its GTID) and each DDL of it.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from binlogd.cli.filetools import dump_events
 from binlogd.protocol import events as E
+from tests.support.daemon import running_daemon
 
 SHAPES = [(3, 2), (1, 0), (0, 4), (5, 1)]   # (inserts into a, updates of b) per transaction
 
@@ -35,6 +37,21 @@ def load(server, db: str) -> None:
         cur.execute("INSERT INTO a VALUES (100, 7, 'after')")
     finally:
         conn.close()
+
+
+def kill_three_times(cur, overrides: dict) -> None:
+    """Three daemon runs with ``overrides``, each SIGKILLed after 40 transactions of three inserts into ``a``
+    (``id``, ``v``), written through the cursor ``cur``. Returns the rows inserted (ids 0 .. n - 1)."""
+    next_id = 0
+    for _ in range(3):
+        with running_daemon(overrides, stop="kill"):
+            for _ in range(40):
+                cur.execute("BEGIN")
+                for _ in range(3):
+                    cur.execute("INSERT INTO a VALUES (%s, 1)", (next_id,))
+                    next_id += 1
+                cur.execute("COMMIT")
+    return next_id
 
 
 def walk(server, db: str) -> tuple[list, list]:
@@ -62,4 +79,4 @@ def walk(server, db: str) -> tuple[list, list]:
     return transactions, ddls
 
 
-__all__ = ["SHAPES", "load", "walk"]
+__all__ = ["SHAPES", "kill_three_times", "load", "walk"]
