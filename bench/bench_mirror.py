@@ -1,6 +1,7 @@
 """PostgreSQL mirror benchmark against pg_chameleon 2.0.21, measured in the same run on the same backlog.
 
-``python -m bench.bench_mirror [--rows 200000] [--update 50000] [--chameleon-venv /tmp/pgch-venv] [--json]``
+``python -m bench.bench_mirror [--rows 200000] [--update 50000] [--rounds 3] [--chameleon-venv /tmp/pgch-venv]
+[--json]``
 starts a throwaway MariaDB (``binlog_row_metadata=FULL``: pg_chameleon needs the column names) and PostgreSQL
 (:mod:`tests.support.brokers`, with a password: pg_chameleon needs one), writes a 5-column table of ``--rows``
 rows in 1,000-row transactions, and times, each as a whole process:
@@ -11,6 +12,9 @@ rows in 1,000-row transactions, and times, each as a whole process:
   (no peer: pg_chameleon's init_replica copied the rows);
 - "update": one ``--update``-row UPDATE, then ``binlogd run`` from its checkpoint until its checkpoint covers it,
   against pg_chameleon's ``start_replica`` from its start until its copy shows every updated row.
+
+The snapshot and the update run ``--rounds`` times, binlogd and pg_chameleon in turn (who goes first alternates),
+and each one's best round is its figure (every round's seconds are in ``--json``).
 
 Every mirror is checked equal to the source, value by value (EXCEPT ALL both ways in PostgreSQL). pg_chameleon
 runs from a venv (:mod:`bench.chameleon`, made when missing); ``--no-chameleon`` leaves it out.
@@ -109,7 +113,9 @@ def run_mirror(srv, url: str, first: str, target: str, workdir: Path) -> float:
 
 
 def run_snapshot(srv, url: str, workdir: Path) -> float:
-    """Seconds from ``binlogd run`` with an initial snapshot until it logs the snapshot done."""
+    """Seconds from ``binlogd run`` with an initial snapshot (its checkpoint in the new ``workdir``) until it
+    logs the snapshot done."""
+    workdir.mkdir()
     cmd = binlogd_cmd(srv, url, workdir / "snapshot.json", **{"snapshot.mode": "initial"})
     return timed(cmd, workdir / "snapshot.log", lambda text: "snapshot: done" in text)
 
@@ -136,19 +142,20 @@ def check_equal(srv, url: str, table: str = "bench_m.t") -> None:
         raise SystemExit(f"the mirror at {url} ({table}) differs from the source in {diff} rows")
 
 
-def updated(url: str, rows: int) -> bool:
+def updated(url: str, rows: int, mark: str) -> bool:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM bench_m.t WHERE b LIKE 'u%'").fetchone()[0] >= rows
+        return conn.execute("SELECT count(*) FROM bench_m.t WHERE b LIKE %s", (mark + "%",)).fetchone()[0] >= rows
 
 
-def replay_seconds(peer, url: str, rows: int) -> float:
-    """Seconds from pg_chameleon's ``start_replica`` until its copy shows all ``rows`` updated rows."""
+def replay_seconds(peer, url: str, rows: int, mark: str) -> float:
+    """Seconds from pg_chameleon's ``start_replica`` until its copy shows all ``rows`` rows updated (their ``b``
+    starting with ``mark``)."""
     t0 = time.perf_counter()
     peer.start_replica()
     try:
-        while not updated(url, rows):
+        while not updated(url, rows, mark):
             if not peer.replica_running() or time.perf_counter() - t0 > 900:
                 raise SystemExit("pg_chameleon's replica ended or did not apply the UPDATE in 900 s")
             time.sleep(0.02)
@@ -174,49 +181,68 @@ def seed(srv, rows: int) -> None:
     conn.close()
 
 
-def phase(rows: int, seconds: float) -> dict:
-    return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds)}
+def phase(rows: int, seconds: list[float]) -> dict:
+    """A phase's figures: the best of its rounds' ``seconds``, and every round's."""
+    best = min(seconds)
+    return {"rows": rows, "seconds": round(best, 3), "rows_per_s": round(rows / best),
+            "rounds": [round(x, 3) for x in seconds]}
 
 
 def bench(args, srv, pg, tmp: Path) -> dict:
-    """Every phase of the module docstring, binlogd's and pg_chameleon's; each mirror checked equal at the end."""
+    """Every phase of the module docstring, binlogd's and pg_chameleon's, the snapshot and the update in
+    ``args.rounds`` interleaved rounds (who goes first alternates); each mirror checked equal at the end."""
     from bench.chameleon import Chameleon, ensure_venv
 
     out: dict = {"binlogd": {}, "pg_chameleon": {}}
+    times: dict = {(who, name): [] for who in out for name in ("snapshot", "update")}
     warm_bytecode()
     first = binlog_file(srv.connect())
     seed(srv, args.rows)
     conn = srv.connect(autocommit=False)
     target = binlog_file(conn)
     base = pg.url.rsplit("/", 1)[0]
-    for db in ("snap", "pgch"):
-        pg.psql(f"CREATE DATABASE {db} OWNER {pg.user}")
+    pg.psql(f"CREATE DATABASE pgch OWNER {pg.user}")
     peer = None
     if args.chameleon:
         peer = Chameleon(ensure_venv(Path(args.chameleon_venv)), tmp / "pgch", pg, "pgch", srv, MY_USER,
                          MY_PASSWORD, "bench_m")
         peer.setup()
-        log(f"{args.rows} rows: pg_chameleon init_replica")
-        out["pg_chameleon"]["snapshot"] = phase(args.rows, peer.init_replica())
-        check_equal(srv, f"{base}/pgch")
-    log(f"{args.rows} rows: binlogd initial snapshot")
-    out["binlogd"]["snapshot"] = phase(args.rows, run_snapshot(srv, f"{base}/snap", tmp))
-    check_equal(srv, f"{base}/snap")
+    for r in range(args.rounds):
+        pg.psql(f"CREATE DATABASE snap{r} OWNER {pg.user}")
+        for who in (("binlogd", "pg_chameleon") if r % 2 else ("pg_chameleon", "binlogd")):
+            if who == "binlogd":
+                log(f"round {r + 1}: {args.rows} rows: binlogd initial snapshot")
+                times[who, "snapshot"].append(run_snapshot(srv, f"{base}/snap{r}", tmp / f"snap{r}"))
+                check_equal(srv, f"{base}/snap{r}")
+            elif peer is not None:
+                log(f"round {r + 1}: {args.rows} rows: pg_chameleon init_replica")
+                times[who, "snapshot"].append(peer.init_replica())
+                check_equal(srv, f"{base}/pgch")
     log(f"backlog: {args.rows} inserts; binlogd mirroring")
-    out["binlogd"]["insert"] = phase(args.rows, run_mirror(srv, pg.url, first, target, tmp))
-    with conn.cursor() as cur:
-        cur.execute(f"UPDATE bench_m.t SET a = a + 1, b = CONCAT('u', b) WHERE id < {args.update}")
-        conn.commit()
-        cur.execute("FLUSH BINARY LOGS")
-    target = binlog_file(conn)
+    out["binlogd"]["insert"] = phase(args.rows, [run_mirror(srv, pg.url, first, target, tmp)])
+    for r in range(args.rounds):
+        mark = "u" * (r + 1)
+        with conn.cursor() as cur:
+            cur.execute(f"UPDATE bench_m.t SET a = a + 1, b = CONCAT('u', b) WHERE id < {args.update}")
+            conn.commit()
+            cur.execute("FLUSH BINARY LOGS")
+        target = binlog_file(conn)
+        for who in (("binlogd", "pg_chameleon") if r % 2 else ("pg_chameleon", "binlogd")):
+            if who == "binlogd":
+                log(f"round {r + 1}: one {args.update}-row UPDATE; binlogd mirroring")
+                times[who, "update"].append(run_mirror(srv, pg.url, first, target, tmp))
+                if not updated(pg.url, args.update, mark):
+                    raise SystemExit("binlogd's mirror does not show the UPDATE")
+            elif peer is not None:
+                log(f"round {r + 1}: one {args.update}-row UPDATE; pg_chameleon start_replica")
+                times[who, "update"].append(replay_seconds(peer, f"{base}/pgch", args.update, mark))
     conn.close()
-    log(f"backlog: one {args.update}-row UPDATE; binlogd mirroring")
-    out["binlogd"]["update"] = phase(args.update, run_mirror(srv, pg.url, first, target, tmp))
     check_equal(srv, pg.url)
     if peer is not None:
-        log(f"backlog: one {args.update}-row UPDATE; pg_chameleon start_replica")
-        out["pg_chameleon"]["update"] = phase(args.update, replay_seconds(peer, f"{base}/pgch", args.update))
         check_equal(srv, f"{base}/pgch")
+    for (who, name), seconds in times.items():
+        if seconds:
+            out[who][name] = phase(args.rows if name == "snapshot" else args.update, seconds)
     out["equal"] = True
     return out
 
@@ -225,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--update", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the snapshot and the update")
     ap.add_argument("--chameleon-venv", default="/tmp/pgch-venv")
     ap.add_argument("--no-chameleon", dest="chameleon", action="store_false")
     ap.add_argument("--json", action="store_true")

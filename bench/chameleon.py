@@ -95,7 +95,7 @@ class Chameleon:
 
     def __init__(self, script: Path, home: Path, pg, database: str, srv, my_user: str, my_password: str,
                  schema: str):
-        self.script, self.home = script, home
+        self.script, self.home, self.pg, self.database = script, home, pg, database
         (home / ".pg_chameleon" / "configuration").mkdir(parents=True)
         for sub in ("pid", "logs", "out"):
             (home / sub).mkdir()
@@ -146,7 +146,7 @@ class Chameleon:
         return self._replica is not None and self._replica.poll() is None
 
     def stop_replica(self) -> None:
-        """End the replica's process group (the one :meth:`start_replica` made)."""
+        """End the replica's process group (the one :meth:`start_replica` made), and mark it stopped."""
         if self._replica is not None:
             if self._replica.poll() is None:
                 os.killpg(self._replica.pid, signal.SIGTERM)
@@ -156,3 +156,6 @@ class Chameleon:
                     os.killpg(self._replica.pid, signal.SIGKILL)
                     self._replica.wait(30)
             self._replica = None
+            # a replica ended by a signal stays "running" in its catalog, and start_replica would refuse
+            self.pg.psql(f"UPDATE sch_chameleon.t_sources SET enm_status = 'stopped' WHERE t_source = '{SOURCE}'",
+                         self.database)

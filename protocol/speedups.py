@@ -1,13 +1,12 @@
 """The one switch of binlogd's optional C extensions.
 
-``BINLOGD_PURE_PYTHON=1`` in the environment (any value but empty or ``0``) turns every one of them
-off: the row image decoder (``_rowimage``), the JSON row writer (``_jsonrows``), the skim of rows
-events and the packet framing loop (``_skim``), the scan of the snapshot's text-protocol rows (``_textrows``)
-and their JSON writer (``_textjson``), the bus sinks' request framing (``_frames``), and the SQL writer of
-``binlogd sql`` (``_sqlrows``, used by ``binlogd.library.sqlwriter.native``). binlogd then runs its Python code
-for the same work, with the same results; so it does where an extension could not be built, and then
-:func:`missing_message` says which fast paths are missing (``binlogd run``, ``dump`` and ``sql`` print it once at
-start).
+``BINLOGD_PURE_PYTHON=1`` in the environment (any value but empty or ``0``) turns every one of them off: the row
+image decoder (``_rowimage``), the JSON row writer (``_jsonrows``), the skim of rows events and the packet framing
+loop (``_skim``), the scan of the snapshot's text-protocol rows (``_textrows``), their JSON writer (``_textjson``)
+and COPY text writer (``_textcopy``), the bus sinks' request framing (``_frames``), and the SQL writer of ``binlogd
+sql`` (``_sqlrows``, used by ``binlogd.library.sqlwriter.native``). binlogd then runs its Python code for the same
+work, with the same results; so it does where an extension could not be built, and then :func:`missing_message` says
+which fast paths are missing (``binlogd run``, ``dump`` and ``sql`` print it once at start).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ EXTENSIONS = {
     "binlogd.protocol._textrows": "finding snapshot rows read off the wire",
     "binlogd.library._jsonrows": "the JSON row writer",
     "binlogd.library._textjson": "snapshot rows read off the wire as JSON",
+    "binlogd.library._textcopy": "snapshot rows read off the wire as COPY text for the mirror",
     "binlogd.library._sqlrows": "the SQL writer of binlogd sql",
     "binlogd.daemon.sinks._frames": "the bus sinks' request framing",
 }

@@ -98,6 +98,20 @@ class Sink:
         """
         return False
 
+    def text_rows(self, rows, columns, *, count: int, prefix: str, first: int, schema: str, table: str) -> bool:
+        """A snapshot chunk's ``count`` rows of table ``schema.table`` as the server sent them: ``rows.buf[
+        rows.start:rows.end]``, text-protocol row packets whose values are ``columns`` (names), as the snapshot
+        selects them (FLOAT as a DOUBLE, YEAR as a number, TIMESTAMP in UTC); ids as :meth:`change_lines`. The
+        bytes are only valid during the call.
+
+        Returns:
+            True when the sink took them; False, with nothing written, when it takes them in another form (the
+            default): the caller then offers them to :meth:`change_lines`.
+        Raises:
+            SinkError: as :meth:`change`.
+        """
+        return False
+
     def over(self) -> bool:
         """True when the sink holds more than it may before the broker takes it: the caller then awaits
         :meth:`room` before it hands over more (the default never is)."""

@@ -8,12 +8,12 @@ daemon resumes from the checkpoint PostgreSQL holds (the resume rule, :mod:`daem
 ``[ha]`` every commit first locks the lease row of ``binlogd_mirror_lease`` FOR SHARE and checks its epoch
 (:func:`.lease.check_fence`), so an instance whose lease was taken over never commits again.
 
-Ops: ``("table", TableDef, keys_known)`` before a table's first rows and after its TABLE_MAP changed (the table
-is created, or checked); ``("rows", name, kind, rows, id prefix)``, a rows event's rows; ``("row", name, op,
-before, after, id)``, one change; ``("lines", name, JSON lines, id prefix, first)``, a snapshot chunk's rows;
-``("ddl", query, db, file, pos, changes, truncated)``. Consecutive row changes of one table, kind and columns
-are applied as one batch, at most :data:`BATCH_ROWS` (:meth:`Tables.apply`: COPY for inserts, a set-wise UPDATE
-or DELETE for a run of distinct keys); a snapshot chunk by one COPY.
+Ops: ``("table", TableDef, keys_known)`` before a table's first rows and after its TABLE_MAP changed (the table is
+created, or checked); ``("rows", name, kind, rows, id prefix)``, a rows event's rows; ``("row", name, op, before,
+after, id)``, one change; ``("copy", name, columns, COPY text, id prefix, first)`` or ``("lines", name, JSON lines,
+id prefix, first)``, a snapshot chunk's rows; ``("ddl", query, db, file, pos, changes, truncated)``. Consecutive row
+changes of one table, kind and columns are applied as one batch, at most :data:`BATCH_ROWS` (:meth:`Tables.apply`:
+COPY for inserts, a set-wise UPDATE or DELETE for a run of distinct keys); a snapshot chunk by one COPY.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from binlogd.daemon.sinks.bus import (
 )
 from binlogd.daemon.sinks.lease import MIRROR, check_fence, fence_query, fence_session
 from binlogd.daemon.sinks.mirrorddl import DdlError, tablemap_def
-from binlogd.daemon.sinks.mirrortables import CHECKPOINT, DataError, ShapeError, Tables, truncated
+from binlogd.daemon.sinks.mirrortables import CHECKPOINT, DataError, ShapeError, Tables, copy_kinds, truncated
 from binlogd.daemon.sinks.mirrorwatermark import Watermarks
+from binlogd.library import textcopy
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.library.identity import stream_prefix
 from binlogd.library.schema.catalog import Catalog
@@ -62,6 +63,7 @@ class MirrorSink(BusSink):
         self._catalog = Catalog()   # the mirrored tables and those the stream's DDL defined (consumer side)
         self._maps: dict[tuple[str, str], tuple] = {}   # name -> (TABLE_MAP columns, TableDef, keys known)
         self._sent: dict[tuple[str, str], object] = {}  # name -> the TableDef last handed on (consumer side)
+        self._kinds: dict[tuple, bytes | None] = {}     # (TableDef, snapshot columns) -> copy_kinds (consumer side)
         self._file, self._version = "", ""
         self._conn = self._fence_sql = None
         self._batch: list = []
@@ -191,6 +193,28 @@ class MirrorSink(BusSink):
             self._hand_piece()
         return True
 
+    def text_rows(self, rows, columns, *, count: int, prefix: str, first: int, schema: str, table: str) -> bool:
+        """:meth:`Sink.text_rows`: the rows made COPY text now (:func:`library.textcopy.rows`), applied by one COPY
+        in the worker (:meth:`Tables.copy_text`). False (nothing written) when a column's type or a value is not
+        one that COPY text takes as the server sent it (:func:`.mirrortables.copy_kinds`): then
+        :meth:`change_lines` takes the chunk, which names a value PostgreSQL cannot hold."""
+        if not count:
+            return True
+        name = (schema, table)
+        self._announce(name, f"{prefix}:{first}")
+        key = (self._sent[name], tuple(columns))
+        kinds = self._kinds.get(key, False)
+        if kinds is False:
+            kinds = self._kinds[key] = copy_kinds(self._sent[name], columns)
+        data = None if kinds is None else textcopy.rows(rows.buf, rows.start, rows.end, kinds)
+        if data is None:
+            return False
+        self._piece.append((("copy", name, key[1], data, prefix, first), b"", count))
+        self._piece_bytes += len(data) + 64 * count
+        if self._piece_bytes >= PIECE_BYTES:
+            self._hand_piece()
+        return True
+
     # ------------------------------------------------------------------ worker side
     async def _connect(self) -> None:
         import psycopg
@@ -225,7 +249,10 @@ class MirrorSink(BusSink):
                     await self._batched(op[1], op[2], *_images(op[2], op[3], op[4]))
                     continue
                 await self._apply_batch()
-                if op[0] == "lines":
+                if op[0] == "copy":
+                    await self._applied(op[1], "read", n, f"{op[4]}:{op[5]}",
+                                        self.tables.copy_text(self._conn, *op[1:4]))
+                elif op[0] == "lines":
                     await self._applied(op[1], "read", n, f"{op[3]}:{op[4]}",
                                         self.tables.copy_lines(self._conn, *op[1:]))
                 elif op[0] == "table":

@@ -9,6 +9,7 @@ import re
 from operator import itemgetter
 
 from binlogd.daemon.sinks.mirrorddl import DdlError, added_default, create_sql, literal, pg_columns, same_shape
+from binlogd.library import textcopy
 from binlogd.library.pgtypes import converter, pg_text, pg_type, quote_ident
 from binlogd.library.schema import changes as D
 from binlogd.library.schema.catalog import DROPPED, Catalog
@@ -26,6 +27,12 @@ _TRUNCATE = re.compile(r"\s*TRUNCATE\s+(?:TABLE\s+)?((?:`(?:[^`]|``)+`|[\w$]+)(?
 PLAIN = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "year", "float", "double", "enum",
                    "char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
 DATES = frozenset({"date", "datetime", "timestamp"})
+_COPY_KINDS = {**dict.fromkeys(("tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "year", "float",
+                                "double", "time"), textcopy.RAW),
+               **dict.fromkeys(("enum", "char", "varchar", "tinytext", "text", "mediumtext", "longtext"),
+                               textcopy.TEXT),
+               **dict.fromkeys(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"), textcopy.BYTEA),
+               "date": textcopy.DATE, "datetime": textcopy.DATE, "timestamp": textcopy.UTC}
 SET_ROWS = 64  # a run of at least this many updates or deletes by distinct, unchanged keys is applied set-wise
 _INPLACE = (D.AddColumn, D.DropColumn, D.RenameColumn, D.ChangeColumn, D.RenameTo, D.Charset)
 
@@ -298,6 +305,16 @@ class Tables:
         rows = [(None, a, f"{prefix}:{i}") for i, a in enumerate(afters, first)]
         await self._insert(conn, name, rows, b"-00" not in data and b'"0000-' not in data)
 
+    async def copy_text(self, conn, name, columns: tuple, data: bytes) -> None:
+        """Insert ``data``, rows of table ``name`` in COPY's text format with the values of ``columns``, by one
+        COPY. Raises: DataError (the table is not mirrored), psycopg.DataError (PostgreSQL refused a value)."""
+        if name not in self.defs:
+            raise DataError(f"{name[0]}.{name[1]} is not mirrored (no table definition before its rows)")
+        async with conn.cursor() as cur:
+            async with cur.copy(f"COPY {self.qualified(name)} ({', '.join(quote_ident(c) for c in columns)}) "
+                                "FROM STDIN") as copy:
+                await copy.write(data)
+
     async def _insert(self, conn, name, rows: list, dates: bool = False) -> None:
         """COPY ``rows`` (inserts) into table ``name``; ``dates``: their dates need no conversion (no zero
         dates; a TIMESTAMP's text is UTC, the session's time zone)."""
@@ -423,6 +440,24 @@ class Tables:
             return pg_text(col, value, json_text)
         except (ValueError, TypeError) as exc:
             raise DataError(f"{name[0]}.{name[1]} column {column!r}, change {cid}: {exc}") from None
+
+
+def copy_kinds(table: TableDef, columns) -> bytes | None:
+    """The :mod:`library.textcopy` kind of each of ``columns`` (names of ``table``'s columns, as a snapshot reads
+    them: FLOAT as a DOUBLE, YEAR as a number, TIMESTAMP in UTC), whose COPY text is then what :func:`pg_text`
+    makes of their values; None when a column is not in ``table`` or of a type left to ``pg_text`` (BIT, SET,
+    JSON, VECTOR, GEOMETRY, INET, UUID)."""
+    cols = {c.name: c for c in table.columns}
+    out = []
+    for name in columns:
+        col = cols.get(name)
+        kind = None if col is None else _COPY_KINDS.get(col.type)
+        if kind == textcopy.TEXT and col.charset == "binary":
+            kind = textcopy.BYTEA
+        if kind is None:
+            return None
+        out.append(kind)
+    return bytes(out)
 
 
 def _set_run(rows: list, start: int, keys: list, op: str) -> int:

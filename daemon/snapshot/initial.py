@@ -486,16 +486,20 @@ class Snapshot:
         await release(reader.conn)
 
     def _write(self, ranger: RangeReader, chunk: Chunk, final: bool = False) -> None:
-        """Give the sink the change events of one chunk's rows, read in ``ranger``'s view: on the fast path as
-        JSON lines in one call when the sink takes them (``change_lines``: the "binlogd" format's sinks),
-        else as change dicts one by one. Their ids: :func:`library.identity.snapshot_prefix` of the table and
-        run. ``final``: the snapshot's last chunk, whose last row's ``source.snapshot`` is ``"last"``."""
+        """Give the sink the change events of one chunk's rows, read in ``ranger``'s view: on the fast path as the
+        server sent them when the sink takes them so (``text_rows``: the mirror), else as JSON lines in one call
+        when it takes those (``change_lines``: the "binlogd" format's sinks), else as change dicts one by one. Their
+        ids: :func:`library.identity.snapshot_prefix` of the table and run. ``final``: the snapshot's last chunk,
+        whose last row's ``source.snapshot`` is ``"last"``."""
         rows, info, sink, state = chunk.rows, ranger.info, self.ctx.sink, self.state
         if not len(rows):
             return
         source, ts, first = ranger.reader.source(self.info.server_id), ranger.reader.ts, state["rows"]
         prefix = snapshot_prefix(state["done"], state.get("run", 0))
         if self.fast:
+            if sink.text_rows(rows, info.columns, count=len(rows), prefix=prefix, first=first, schema=info.schema,
+                              table=info.table):
+                return
             lines = ranger.rows.lines(rows, source, ts, first, prefix, last=final)
             if sink.change_lines(lines, count=len(rows), prefix=prefix, first=first, schema=info.schema,
                                  table=info.table):

@@ -16,6 +16,7 @@ from binlogd.daemon.state import ResumeState
 from binlogd.library.checkpointfile import Checkpoint
 from binlogd.protocol import textrows
 from binlogd.protocol.position import Position
+from tests.support.textproto import lenenc
 
 
 def test_snapshot_config_defaults_and_checks():
@@ -77,23 +78,12 @@ def test_keyset_sql_composite_key():
                                                                      "ORDER BY `k` LIMIT 1")
 
 
-def _lenenc(value: bytes | None) -> bytes:
-    if value is None:
-        return b"\xfb"
-    n = len(value)
-    if n < 251:
-        return bytes([n]) + value
-    if n < 1 << 16:
-        return b"\xfc" + n.to_bytes(2, "little") + value
-    return b"\xfd" + n.to_bytes(3, "little") + value
-
-
 def test_text_row_fields_and_json():
     """A text-protocol row packet's values (NULL, 1-, 2- and 3-byte lengths), and its JSON off the wire equal to
     the values :meth:`TableInfo.row` gives PyMySQL's text."""
     values = [b"-5", None, b"x" * 300, b"\x00\xff", b"a,c", b"1.100000023841858", b"\x02\x01", b"12.5000",
               b"2026-01-01 00:00:00.5", "é\"\\\n".encode(), b"70000" * 14000]
-    packet = b"".join(_lenenc(v) for v in values)
+    packet = b"".join(lenenc(v) for v in values)
     assert textrows.fields(packet, len(values)) == values
     info = TableInfo("d", "t", tuple(f"c{i}" for i in range(len(values))),
                      ("bigint", "int", "varchar", "blob", "set", "float", "bit", "decimal", "datetime", "text",

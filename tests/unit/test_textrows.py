@@ -28,6 +28,7 @@ from binlogd.library import textjson
 from binlogd.library.serialize import dumps
 from binlogd.protocol import textrows
 from binlogd.protocol.values import float32
+from tests.support.textproto import lenenc, packets
 
 C = textjson.C
 need_c = pytest.mark.skipif(C is None, reason="binlogd.library._textjson is not built (or BINLOGD_PURE_PYTHON)")
@@ -64,32 +65,6 @@ def after_encoder(info: TableInfo):
     plan_ = [(orjson.dumps(name) + b":", _encoder(t)) for name, t in zip(info.columns, info.types)]
     return lambda values: b"{" + b",".join(prefix + (b"null" if v is None else v if enc is None else enc(v))
                                            for (prefix, enc), v in zip(plan_, values)) + b"}"
-
-
-def _lenenc(value: bytes | None, wide: bool = False) -> bytes:
-    if value is None:
-        return b"\xfb"
-    n = len(value)
-    if wide:
-        return b"\xfe" + n.to_bytes(8, "little") + value
-    if n < 251:
-        return bytes([n]) + value
-    if n < 1 << 16:
-        return b"\xfc" + n.to_bytes(2, "little") + value
-    if n < 1 << 24:
-        return b"\xfd" + n.to_bytes(3, "little") + value
-    return b"\xfe" + n.to_bytes(8, "little") + value
-
-
-def _packets(payload: bytes, seq: int = 1) -> bytes:
-    """A payload as packets (split at 0xFFFFFF bytes, an empty packet after an exact multiple)."""
-    out = []
-    while True:
-        part, payload = payload[:0xFFFFFF], payload[0xFFFFFF:]
-        out.append(len(part).to_bytes(3, "little") + bytes([seq & 255]) + part)
-        seq += 1
-        if len(part) < 0xFFFFFF:
-            return b"".join(out)
 
 
 def _value(data_type: str, rnd: random.Random) -> bytes | None:
@@ -140,7 +115,7 @@ def test_every_type_c_equals_python_equals_value_encoder():
     info = _info()
     encode, table_plan = after_encoder(info), plan(info)
     rows = [[_value(t, rnd) for t in info.types] for _ in range(400)]
-    buf = b"".join(_packets(b"".join(_lenenc(v) for v in row)) for row in rows)
+    buf = b"".join(packets(b"".join(lenenc(v) for v in row)) for row in rows)
     out = _both(buf, table_plan)
     assert out.split(b"\n")[:-1] == [encode(row) for row in rows]
     for line in out.split(b"\n")[:-1]:
@@ -153,29 +128,29 @@ def test_every_type_c_equals_python_equals_value_encoder():
 def test_lengths_and_invalid_utf8(value):
     info = _info(("bigint", "text", "blob", "bit"))
     row = [b"1", value, value, value[:8] or None]
-    buf = _packets(b"".join(_lenenc(v) for v in row)) + _packets(b"".join(_lenenc(v, wide=True) for v in row))
+    buf = packets(b"".join(lenenc(v) for v in row)) + packets(b"".join(lenenc(v, wide=True) for v in row))
     out = _both(buf, plan(info))
     assert out.split(b"\n")[:-1] == [after_encoder(info)(row)] * 2
 
 
-def test_row_of_several_packets():
+def test_row_of_severalpackets():
     info = _info(("bigint", "longtext", "longblob"))
     big = b"q" * (0xFFFFFF + 100)
-    payloads = [b"".join(_lenenc(v) for v in (b"7", big, b"\x01\x02")), b"".join(_lenenc(v) for v in (b"8", b"s", None))]
-    buf = b"".join(_packets(p) for p in payloads)
-    assert textrows.py_scan(buf, 0)[:3] == (len(buf), 2, len(_packets(payloads[0])))
+    payloads = [b"".join(lenenc(v) for v in (b"7", big, b"\x01\x02")), b"".join(lenenc(v) for v in (b"8", b"s", None))]
+    buf = b"".join(packets(p) for p in payloads)
+    assert textrows.py_scan(buf, 0)[:3] == (len(buf), 2, len(packets(payloads[0])))
     out = _both(buf, plan(info), b"<", b"#", b">\n", 41)
     assert out == (b'<{"c_bigint_0":7,"c_longtext_1":"' + big + b'","c_longblob_2":"AQI="}#41>\n'
                    b'<{"c_bigint_0":8,"c_longtext_1":"s","c_longblob_2":null}#42>\n')
-    exact = _packets(b"".join(_lenenc(v) for v in (b"9", b"r" * (0xFFFFFF - 7), b"")))  # ends in an empty packet
+    exact = packets(b"".join(lenenc(v) for v in (b"9", b"r" * (0xFFFFFF - 7), b"")))  # ends in an empty packet
     assert exact[-4:] == b"\x00\x00\x00\x02"
     assert _both(exact, plan(info)) == after_encoder(info)([b"9", b"r" * (0xFFFFFF - 7), b""]) + b"\n"
 
 
 def test_scan_finds_whole_rows_eof_and_err():
-    rows = [_packets(_lenenc(str(i).encode()) + _lenenc(b"v" * i)) for i in range(1, 30)]
-    eof = _packets(b"\xfe\x00\x00\x22\x00")
-    err = _packets(b"\xff\x15\x04#28000denied")
+    rows = [packets(lenenc(str(i).encode()) + lenenc(b"v" * i)) for i in range(1, 30)]
+    eof = packets(b"\xfe\x00\x00\x22\x00")
+    err = packets(b"\xff\x15\x04#28000denied")
     body = b"".join(rows)
     for scan in (textrows.py_scan, textrows.C.scan if textrows.C else textrows.py_scan):
         assert scan(body + eof, 0) == (len(body), 29, len(body) - len(rows[-1]), 1)
@@ -195,12 +170,12 @@ def test_scan_finds_whole_rows_eof_and_err():
                                      b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f", b"\x01a\x01b\x03"])
 def test_malformed_rows_raise_in_both(payload):
     table_plan = plan(_info(("bigint", "text")))
-    buf = _packets(payload)
+    buf = packets(payload)
     lines = [textjson.py_lines] + ([C.lines] if C else [])
     for fn in lines:
         with pytest.raises(ValueError, match="malformed text-protocol row at offset 0"):
             fn(buf, 0, len(buf), table_plan, b"", None, b"\n", 0)
-        good = _packets(_lenenc(b"1") + _lenenc(b"a"))
+        good = packets(lenenc(b"1") + lenenc(b"a"))
         with pytest.raises(ValueError, match=f"offset {len(good)}: the row is not whole"):
             fn(good + b"\x05\x00", 0, len(good) + 2, table_plan, b"", None, b"\n", 0)
         with pytest.raises(ValueError, match="outside"):
@@ -209,7 +184,7 @@ def test_malformed_rows_raise_in_both(payload):
 
 def test_lines_into_a_bytearray_that_grows_and_serves_again():
     info = _info(("bigint", "text", "double"))
-    small = _packets(b"".join(_lenenc(v) for v in (b"1", b"a", b"0.5")))
+    small = packets(b"".join(lenenc(v) for v in (b"1", b"a", b"0.5")))
     big = small * 3000
     for fn in [textjson.py_lines] + ([C.lines] if C else []):
         into = bytearray()
@@ -232,21 +207,21 @@ def test_converter_errors_and_non_bytes_propagate():
 
     for fn in [textjson.py_lines] + ([C.lines] if C else []):
         bad = textjson.Plan(bytes([textjson.CALL]), (b'"a":',), (boom,), orjson.dumps)
-        buf = _packets(_lenenc(b"x"))
+        buf = packets(lenenc(b"x"))
         with pytest.raises(RuntimeError, match="converter failed"):
             fn(buf, 0, len(buf), bad, b"", None, b"\n", 0)
         text = textjson.Plan(bytes([textjson.CALL]), (b'"a":',), (lambda v: "str",), orjson.dumps)
         with pytest.raises(TypeError, match="not bytes"):
             fn(buf, 0, len(buf), text, b"", None, b"\n", 0)
         with pytest.raises(ValueError):  # float() refuses it; C falls back on the column's function
-            fn(_packets(_lenenc(b"1.5x")), 0, 6, plan(_info(("double",))), b"", None, b"\n", 0)
+            fn(packets(lenenc(b"1.5x")), 0, 6, plan(_info(("double",))), b"", None, b"\n", 0)
 
 
 def test_change_lines_equal_the_sinks_dumps_of_the_change_dicts():
     rnd = random.Random(7)
     info = _info()
     rows = [[_value(t, rnd) for t in info.types] for _ in range(50)]
-    buf = bytearray(b"\x01\x00\x00\x01\x0a" + b"".join(_packets(b"".join(_lenenc(v) for v in r)) for r in rows))
+    buf = bytearray(b"\x01\x00\x00\x01\x0a" + b"".join(packets(b"".join(lenenc(v) for v in r)) for r in rows))
     result = ResultRows(buf, 5, len(buf), len(rows), -1, len(info.types))
     source = {"server_id": 1, "file": "b.000001", "pos": 4, "gtid": "0-1-5", "snapshot": True}
     reader = ChunkReader(info)
@@ -269,8 +244,8 @@ def test_the_last_rows_lines_say_last_as_the_dict_path_writes_it(rows, snapshot)
     rnd = random.Random(rows)
     info = _info()
     raw = [[_value(t, rnd) for t in info.types] for _ in range(rows)]
-    buf = bytearray(b"".join(_packets(b"".join(_lenenc(v) for v in r)) for r in raw))
-    last = len(buf) - len(_packets(b"".join(_lenenc(v) for v in raw[-1]))) if raw else -1
+    buf = bytearray(b"".join(packets(b"".join(lenenc(v) for v in r)) for r in raw))
+    last = len(buf) - len(packets(b"".join(lenenc(v) for v in raw[-1]))) if raw else -1
     result = ResultRows(buf, 0, len(buf), rows, last, len(info.types))
     source = {"server_id": 1, "file": "b.000001", "pos": 4, "gtid": None}
     if snapshot:
@@ -287,18 +262,18 @@ def test_the_last_rows_lines_say_last_as_the_dict_path_writes_it(rows, snapshot)
 
 
 def test_header_walks_count_definitions_and_eof_or_finds_the_error():
-    defs = [_packets(_lenenc(b"def") + _lenenc(f"c{i}".encode()) + b"\x0c" + bytes(12), i + 2) for i in range(3)]
-    head = _packets(b"\x03") + b"".join(defs) + _packets(b"\xfe\x00\x00\x02\x00", 5)
-    row = _packets(_lenenc(b"1") * 3, 6)
+    defs = [packets(lenenc(b"def") + lenenc(f"c{i}".encode()) + b"\x0c" + bytes(12), i + 2) for i in range(3)]
+    head = packets(b"\x03") + b"".join(defs) + packets(b"\xfe\x00\x00\x02\x00", 5)
+    row = packets(lenenc(b"1") * 3, 6)
     assert textrows.header(head + row, len(head + row)) == (len(head), 3)
     assert textrows.header(bytearray(head) + bytes(100), len(head)) == (len(head), 3)
     for cut in (0, 3, 5, len(head) - 1):
         assert textrows.header(head, cut) is None
     err = b"\xff\x7a\x04#42S02Table 'x.y' doesn't exist"
-    assert textrows.header(_packets(err), len(_packets(err))) == err
-    wide = _packets(b"\xfc\x2c\x01") + b"".join(_packets(_lenenc(b"def")) for _ in range(300)) + _packets(b"\xfe")
+    assert textrows.header(packets(err), len(packets(err))) == err
+    wide = packets(b"\xfc\x2c\x01") + b"".join(packets(lenenc(b"def")) for _ in range(300)) + packets(b"\xfe")
     assert textrows.header(wide, len(wide)) == (len(wide), 300)
-    assert textrows.packet_at(row, 0, len(row)) == (len(row), _lenenc(b"1") * 3)
+    assert textrows.packet_at(row, 0, len(row)) == (len(row), lenenc(b"1") * 3)
     assert textrows.packet_at(row, 0, len(row) - 1) is None
 
 
@@ -310,13 +285,13 @@ def test_large_buffer_without_the_gil_with_values_that_need_python():
     rows = [[str(i).encode(), b"ok \xff bad" if i % 97 == 0 else b"plain text " * 3,
              b"0.1000000000000000055511151231257827" if i % 89 == 0 else repr(i / 7).encode(),
              b"\x01" * 9 if i % 83 == 0 else b"\x05", "é".encode() * (i % 5)] for i in range(3000)]
-    buf = b"".join(_packets(b"".join(_lenenc(v) for v in r)) for r in rows)
+    buf = b"".join(packets(b"".join(lenenc(v) for v in r)) for r in rows)
     assert len(buf) >= 1 << 16
     out = _both(buf, plan(info), b"", b"|", b"\n", 5)
     assert out.split(b"\n")[:-1] == [after_encoder(info)(r) + b"|" + str(5 + i).encode() for i, r in enumerate(rows)]
     twice = _both(buf, plan(info), b"", b"|", b"\n", -2, b"/")
     assert twice.split(b"\n")[:-1] == [after_encoder(info)(r) + b"|%d/%d" % (i - 2, i - 2) for i, r in enumerate(rows)]
-    bad = buf + _packets(_lenenc(b"1"))
+    bad = buf + packets(lenenc(b"1"))
     for fn in [textjson.py_lines] + ([C.lines] if C else []):
         with pytest.raises(ValueError, match=f"offset {len(buf)}: fewer values than columns"):
             fn(bad, 0, len(bad), plan(info), b"", None, b"\n", 0)
