@@ -14,7 +14,9 @@ rows in 1,000-row transactions, and times, each as a whole process:
   against pg_chameleon's ``start_replica`` from its start until its copy shows every updated row.
 
 The snapshot and the update run ``--rounds`` times, binlogd and pg_chameleon in turn (who goes first alternates),
-and each one's best round is its figure (every round's seconds are in ``--json``).
+and each one's best round is its figure (every round's seconds are in ``--json``). In the same rounds PostgreSQL
+alone does the work that bounds both phases (:func:`postgres_alone`: the COPY of the rows, the UPDATE as the
+mirror applies it), and binlogd's ratio to it is printed beside the one to pg_chameleon.
 
 Every mirror is checked equal to the source, value by value (EXCEPT ALL both ways in PostgreSQL). pg_chameleon
 runs from a venv (:mod:`bench.chameleon`, made when missing); ``--no-chameleon`` leaves it out.
@@ -181,6 +183,52 @@ def seed(srv, rows: int) -> None:
     conn.close()
 
 
+def source_rows(srv) -> list[tuple]:
+    """The source table's rows in key order, each value as text (DATETIME with its 6 digits, in UTC)."""
+    conn = srv.connect(init_command="SET time_zone = '+00:00'")
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, a, b, c, DATE_FORMAT(d, '%Y-%m-%d %H:%i:%s.%f') FROM bench_m.t ORDER BY id")
+        rows = cur.fetchall()
+    conn.close()
+    return rows
+
+
+def postgres_alone(url: str, rows: list[tuple], update: int, r: int) -> tuple[float, float]:
+    """PostgreSQL's own seconds for the work of the snapshot and of the update, the bound of the mirror's (the
+    COPY text made before the clock starts): the rows COPYed into a new table with its key, 10,000 a
+    transaction as the snapshot commits its chunks; then the ``update`` rows' new values applied as the mirror
+    applies a batch (COPY into a temporary table, one ``UPDATE ... FROM``; 10,000 a batch, one transaction)."""
+    import psycopg
+
+    from binlogd.library.pgtypes import copy_field
+
+    def text(values) -> bytes:
+        return "".join("\t".join(copy_field(None if v is None else str(v)) for v in row) + "\n"
+                       for row in values).encode()
+
+    chunks = [text(rows[k:k + 10_000]) for k in range(0, len(rows), 10_000)]
+    new = [text((i, a + 1, "u" + b) for i, a, b, _c, _d in rows[k:min(k + 10_000, update)])
+           for k in range(0, update, 10_000)]
+    with psycopg.connect(url) as conn:
+        conn.execute(f"CREATE TABLE bound{r} (id integer PRIMARY KEY, a integer NOT NULL, b text, c numeric(12,4), "
+                     "d timestamp(6))")
+        conn.commit()
+        t0 = time.perf_counter()
+        for data in chunks:
+            with conn.cursor().copy(f"COPY bound{r} FROM STDIN") as copy:
+                copy.write(data)
+            conn.commit()
+        t1 = time.perf_counter()
+        for data in new:
+            conn.execute(f"CREATE TEMP TABLE s ON COMMIT DROP AS SELECT id, a, b FROM bound{r} WITH NO DATA")
+            with conn.cursor().copy("COPY s FROM STDIN") as copy:
+                copy.write(data)
+            conn.execute(f"UPDATE bound{r} AS t SET a = s.a, b = s.b FROM s WHERE t.id = s.id")
+            conn.execute("DROP TABLE s")
+        conn.commit()
+        return t1 - t0, time.perf_counter() - t1
+
+
 def phase(rows: int, seconds: list[float]) -> dict:
     """A phase's figures: the best of its rounds' ``seconds``, and every round's."""
     best = min(seconds)
@@ -193,7 +241,7 @@ def bench(args, srv, pg, tmp: Path) -> dict:
     ``args.rounds`` interleaved rounds (who goes first alternates); each mirror checked equal at the end."""
     from bench.chameleon import Chameleon, ensure_venv
 
-    out: dict = {"binlogd": {}, "pg_chameleon": {}}
+    out: dict = {"binlogd": {}, "pg_chameleon": {}, "postgresql": {}}
     times: dict = {(who, name): [] for who in out for name in ("snapshot", "update")}
     warm_bytecode()
     first = binlog_file(srv.connect())
@@ -207,10 +255,15 @@ def bench(args, srv, pg, tmp: Path) -> dict:
         peer = Chameleon(ensure_venv(Path(args.chameleon_venv)), tmp / "pgch", pg, "pgch", srv, MY_USER,
                          MY_PASSWORD, "bench_m")
         peer.setup()
+    rows = source_rows(srv)
     for r in range(args.rounds):
         pg.psql(f"CREATE DATABASE snap{r} OWNER {pg.user}")
-        for who in (("binlogd", "pg_chameleon") if r % 2 else ("pg_chameleon", "binlogd")):
-            if who == "binlogd":
+        for who in (("binlogd", "pg_chameleon", "postgresql") if r % 2 else ("pg_chameleon", "postgresql", "binlogd")):
+            if who == "postgresql":
+                log(f"round {r + 1}: PostgreSQL alone: COPY of {args.rows} rows, UPDATE of {args.update}")
+                for name, seconds in zip(("snapshot", "update"), postgres_alone(pg.url, rows, args.update, r)):
+                    times[who, name].append(seconds)
+            elif who == "binlogd":
                 log(f"round {r + 1}: {args.rows} rows: binlogd initial snapshot")
                 times[who, "snapshot"].append(run_snapshot(srv, f"{base}/snap{r}", tmp / f"snap{r}"))
                 check_equal(srv, f"{base}/snap{r}")
@@ -273,11 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{out['machine']['date']}, {os.cpu_count()} CPUs, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     for name in ("snapshot", "insert", "update"):
-        ours, theirs = out["binlogd"][name], out["pg_chameleon"].get(name)
+        ours, theirs, bound = out["binlogd"][name], out["pg_chameleon"].get(name), out["postgresql"].get(name)
         line = f"{name:8} {ours['rows']:>7} rows  binlogd {ours['seconds']:>7.2f} s {ours['rows_per_s']:>8} rows/s"
         if theirs:
             line += (f"  pg_chameleon {theirs['seconds']:>7.2f} s {theirs['rows_per_s']:>7} rows/s  "
                      f"ratio {theirs['seconds'] / ours['seconds']:.1f}x")
+        if bound:
+            line += f"  PostgreSQL alone {bound['seconds']:>5.2f} s (binlogd {bound['seconds'] / ours['seconds']:.2f}x)"
         print(line)
     print("every mirror equal to the source: yes")
     return 0

@@ -1,11 +1,13 @@
 """Snapshot benchmark (issue 30): binlogd's initial snapshot against ``mariadb-dump --single-transaction``.
 
-``python -m bench.snapshot [--rows N] [--chunk-rows N] [--rounds N] [--compare PYTHON] [--json] [--log]
-[--profile FILE]``:
+``python -m bench.snapshot [--rows N] [--chunk-rows N] [--rounds N] [--table wide|narrow]
+[--server mariadb|mysql-9.7] [--compare PYTHON] [--json] [--log] [--profile FILE]``:
 
-1. starts a throwaway MariaDB (:class:`binlogd.cli.localserver.LocalServer`) and loads ``--rows`` (1,000,000)
-   rows of bench.decode's 10-column table (:func:`bench.decode.write_workload`'s inserts, no updates);
-2. times **mariadb-dump** ``--single-transaction`` of the table to a file (its process, start to exit);
+1. starts a throwaway MariaDB (:class:`binlogd.cli.localserver.LocalServer`; ``--server mysql-9.7``: MySQL 9.7
+   as the tests fetch it) and loads ``--rows`` (1,000,000) rows of bench.decode's 10-column table
+   (:func:`bench.decode.write_workload`'s inserts, no updates; ``--table narrow``: :data:`NARROW_TABLE`'s 5);
+2. times **mariadb-dump** (on MySQL its own **mysqldump**) ``--single-transaction`` of the table to a file (its
+   process, start to exit);
 3. times **binlogd**: ``binlogd run`` with ``[snapshot] mode = "initial"`` into the durable JSON-lines sink
    (fsync per chunk), from process start until it logs ``snapshot: done`` (every chunk committed), into a
    new sink and checkpoint; its bytecode is cached in the run's temporary directory (PYTHONPYCACHEPREFIX, even
@@ -33,18 +35,32 @@ from pathlib import Path
 
 from bench.decode import CREATE_TABLE, SCHEMA, SERVER_ARGS, TABLE, TXN_ROWS, _row_sql, log, machine
 
+#: The narrow table: five columns, where a change event's fixed part weighs most.
+NARROW_TABLE = (f"CREATE TABLE {SCHEMA}.{TABLE} (id BIGINT NOT NULL PRIMARY KEY, n INT, v VARCHAR(40), "
+                "d DECIMAL(10,2), t DATETIME(3))")
 
-def load(srv, rows: int) -> None:
-    """The table, ``rows`` rows in 500-row INSERTs (as bench.decode writes them)."""
+
+def _narrow_row(i: int, rnd: random.Random) -> str:
+    return (f"({i}, {rnd.randint(-2**31, 2**31 - 1)}, 'row {i} {rnd.randint(0, 10**9)}', "
+            f"{rnd.randint(-99_999_999, 99_999_999)}.{rnd.randint(0, 99):02d}, "
+            f"'20{rnd.randint(0, 29):02d}-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d} "
+            f"{rnd.randint(0, 23):02d}:{rnd.randint(0, 59):02d}:{rnd.randint(0, 59):02d}.{rnd.randint(0, 999):03d}')")
+
+
+def load(srv, rows: int, narrow: bool = False) -> None:
+    """The table (bench.decode's 10 columns, or with ``narrow`` :data:`NARROW_TABLE`), ``rows`` rows in
+    500-row INSERTs."""
     rnd = random.Random(20240607)
+    row = _narrow_row if narrow else _row_sql
     conn = srv.connect()
     try:
         with conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE {SCHEMA}")
-            cur.execute(CREATE_TABLE)
+            cur.execute(NARROW_TABLE if narrow else CREATE_TABLE)
             prefix = f"INSERT INTO {SCHEMA}.{TABLE} VALUES "
             for start in range(1, rows + 1, TXN_ROWS):
-                cur.execute(prefix + ",".join(_row_sql(i, rnd) for i in range(start, min(start + TXN_ROWS, rows + 1))))
+                cur.execute(prefix + ",".join(row(i, rnd) for i in range(start, min(start + TXN_ROWS, rows + 1))))
+            conn.commit()
     finally:
         conn.close()
 
@@ -62,10 +78,12 @@ def run_binlogd(srv, workdir: Path, chunk_rows: int, profile: str | None = None,
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
     sink, checkpoint = workdir / "changes", workdir / "checkpoint.json"
-    sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": srv.repl_user,
-            "source.password": srv.repl_password, "checkpoint.path": str(checkpoint), "sink.kind": "jsonl",
-            "sink.path": str(sink), "metrics.listen": "", "snapshot.mode": "initial",
-            "snapshot.chunk_rows": str(chunk_rows), "filters.include_schemas": SCHEMA, **(extra or {})}
+    # on MySQL the account needs RELOAD for its views (FLUSH TABLES WITH READ LOCK): the server's root
+    user, password = (srv.user, srv.password) if srv.flavor == "mysql" else (srv.repl_user, srv.repl_password)
+    sets = {"source.host": "127.0.0.1", "source.port": str(srv.port), "source.user": user, "source.password": password,
+            "checkpoint.path": str(checkpoint), "sink.kind": "jsonl", "sink.path": str(sink), "metrics.listen": "",
+            "snapshot.mode": "initial", "snapshot.chunk_rows": str(chunk_rows), "filters.include_schemas": SCHEMA,
+            **(extra or {})}
     run = ["-m", "cProfile", "-o", profile, "-m", "binlogd.cli"] if profile else ["-m", "binlogd.cli"]
     cmd = [python, *run, "run"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     errlog = workdir / "binlogd.log"
@@ -91,12 +109,20 @@ def run_binlogd(srv, workdir: Path, chunk_rows: int, profile: str | None = None,
     return elapsed, lines
 
 
-def run_dump(srv, out: Path) -> float:
-    """Seconds of ``mariadb-dump --single-transaction`` of the table into ``out``."""
+def dump_command(bins) -> list[str]:
+    """The dump tool of the server's installation: MySQL's own ``mysqldump`` for MySQL, else the machine's
+    ``mariadb-dump``."""
+    if bins is not None and bins.flavor == "mysql":
+        return bins.command(bins.client.parent / "mysqldump")
     tool = shutil.which("mariadb-dump") or shutil.which("mysqldump")
     if tool is None:
         raise SystemExit("mariadb-dump is not installed (apt-get install mariadb-client)")
-    cmd = [tool, "--single-transaction", "-h", "127.0.0.1", "-P", str(srv.port), "-u", srv.user,
+    return [tool]
+
+
+def run_dump(srv, out: Path, tool: list[str]) -> float:
+    """Seconds of ``tool --single-transaction`` (mariadb-dump or mysqldump) of the table into ``out``."""
+    cmd = [*tool, "--single-transaction", "-h", "127.0.0.1", "-P", str(srv.port), "-u", srv.user,
            f"--password={srv.password}", SCHEMA, TABLE]
     t0 = time.perf_counter()
     with open(out, "wb") as fh:
@@ -117,21 +143,34 @@ def main(argv: list[str] | None = None) -> int:
                     "runs (another commit's venv) in the same rounds")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="another setting for binlogd (experiments; the figure is with none)")
+    ap.add_argument("--table", choices=("wide", "narrow"), default="wide",
+                    help="bench.decode's 10 columns (default), or 5: BIGINT key, INT, VARCHAR(40), DECIMAL(10,2), "
+                         "DATETIME(3)")
+    ap.add_argument("--server", choices=("mariadb", "mysql-9.7"), default="mariadb",
+                    help="the machine's MariaDB (default; against mariadb-dump), or MySQL 9.7 as the tests fetch "
+                         "it (against its mysqldump)")
     ns = ap.parse_args(argv)
     from binlogd.cli.localserver import LocalServer
 
-    with LocalServer(extra_args=SERVER_ARGS) as srv, tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
-        log(f"server: {srv.flavor} {srv.version} on port {srv.port}")
+    bins = None
+    if ns.server != "mariadb":
+        from tests.support import servers
+
+        bins = servers.binaries(servers.MYSQL)
+    tool = dump_command(bins)
+    with LocalServer(extra_args=SERVER_ARGS, binaries=bins) as srv, \
+            tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
+        log(f"server: {srv.flavor} {srv.version} on port {srv.port}; table: {ns.table}")
         t0 = time.perf_counter()
-        load(srv, ns.rows)
+        load(srv, ns.rows, ns.table == "narrow")
         log(f"loaded {ns.rows} rows in {time.perf_counter() - t0:.1f}s")
         work = Path(tmp)
         dumps, runs, others = [], [], []
         for n in range(1, ns.rounds + 1):
-            dumps.append(run_dump(srv, work / "dump.sql"))
+            dumps.append(run_dump(srv, work / "dump.sql", tool))
             dump_bytes = os.path.getsize(work / "dump.sql")
             (work / "dump.sql").unlink()
-            log(f"round {n}: mariadb-dump --single-transaction: {dumps[-1]:.3f}s ({dump_bytes / 1e6:.1f} MB)")
+            log(f"round {n}: {Path(tool[-1]).name} --single-transaction: {dumps[-1]:.3f}s ({dump_bytes / 1e6:.1f} MB)")
             run_dir = work / f"binlogd-{n}"
             run_dir.mkdir()
             seconds, lines = run_binlogd(srv, run_dir, ns.chunk_rows, ns.profile if n == ns.rounds else None,
@@ -158,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
     t_dump, t_bd = min(dumps), min(runs)
     ratio = t_dump / t_bd
-    figures = {"rows": ns.rows, "chunk_rows": ns.chunk_rows, "rounds": ns.rounds, "binlogd_seconds": round(t_bd, 3),
+    figures = {"server": srv.version, "table": ns.table, "dump_tool": Path(tool[-1]).name, "rows": ns.rows,
+               "chunk_rows": ns.chunk_rows, "rounds": ns.rounds, "binlogd_seconds": round(t_bd, 3),
                "mariadb_dump_seconds": round(t_dump, 3), "ratio": round(ratio, 3),
                "binlogd_rows_per_second": round(ns.rows / t_bd), "machine": machine()}
     if ns.compare:
@@ -167,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:
         print(json.dumps(figures))
     else:
-        print(f"binlogd snapshot {t_bd:.3f}s ({ns.rows / t_bd:,.0f} rows/s), mariadb-dump {t_dump:.3f}s: "
+        print(f"{ns.table} table on {srv.flavor} {srv.version}: binlogd snapshot {t_bd:.3f}s "
+              f"({ns.rows / t_bd:,.0f} rows/s), {Path(tool[-1]).name} {t_dump:.3f}s: "
               f"ratio {ratio:.2f}x (goal >= 1.0; best of {ns.rounds} round{'s' if ns.rounds > 1 else ''} each)")
         if ns.compare:
             print(f"binlogd (compare: {ns.compare}) {min(others):.3f}s: this tree {min(others) / t_bd:.2f}x as fast")

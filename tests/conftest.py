@@ -64,6 +64,7 @@ MYSQL_MODULES = frozenset({
     "test_snapshot", "test_snapshot_locked_view", "test_snapshot_incremental", "test_failover_daemon",
     "test_sql_replay", "test_schema_history", "test_positions_files", "test_snapshot_source_unchanged",
     "test_snapshot_rows", "test_faults_snapshot_sinks", "test_events_beyond_rows", "test_mirror", "test_mirror_keyless",
+    "test_faults_snapshot_ranges",
 })
 
 

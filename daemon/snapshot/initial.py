@@ -12,8 +12,8 @@ ARCHITECTURE.md ("Snapshots: exactly once") has the argument; in short:
 - after a crash the sink is back at the last chunk's commit; the snapshot goes on after the checkpointed key
   in a new view P2 >= P1, and the stream starts at P1 once the last table is done (reads are upserts);
 - a big table with a one-column integer key is read in ``[snapshot] readers`` key ranges at once, each on
-  its own connection and view (a later one than P1, as after a crash: :mod:`.readers`, :mod:`.ranges`), each
-  range's progress in the checkpoint's ``ranges``.
+  its own connection and view (a later one than P1, as after a crash; on MySQL one opened with P1's, inside
+  the same lock: :mod:`.readers`, :mod:`.ranges`), each range's progress in the checkpoint's ``ranges``.
 
 :func:`run` is the daemon's one call: it runs or resumes a snapshot when one is due and returns the state
 the session streams from.
@@ -164,11 +164,11 @@ class Snapshot:
             raise
 
     async def _start(self) -> bool:
-        """Open the main reader's view (and, without a lock, the key range readers' beside it), then begin a
+        """Open the main reader's view and the key range readers' (beside it, or on MySQL with it), then begin a
         new snapshot or resume the checkpointed one. False: FTWRL was refused, :attr:`instead` says what then."""
         new = not self.state
         try:
-            await self.readers.start()
+            await self.readers.start(self.cfg.readers)
         except LockRefused as exc:
             if not new:
                 raise
@@ -287,6 +287,7 @@ class Snapshot:
             ranges = await self._split(info)
             if ranges:
                 state["ranges"] = ranges
+                self.log.info("snapshot: %s: read in %d key ranges at once", name, len(ranges))
         if state.get("ranges"):
             if not info.integer_key:
                 raise SourceError("misconfigured", f"snapshot: {name}'s primary key changed while it was read in "
@@ -335,14 +336,15 @@ class Snapshot:
     async def _split(self, info: TableInfo) -> list[dict] | None:
         """The key ranges to read ``info`` in at once, one per reader (``[snapshot] readers``), or None: one
         reader reads it. Only a table of at least two chunks per reader with a one-column integer key is split
-        (:func:`~.ranges.key_ranges`), and only where a view needs no lock (MariaDB, Percona): each reader's
-        view is a later one than P1, as after a crash (ARCHITECTURE.md).
+        (:func:`~.ranges.key_ranges`), and only where the readers have views: where a view needs no lock
+        (MariaDB, Percona) each reader's is a later one than P1, as after a crash (ARCHITECTURE.md); on Oracle
+        MySQL they were opened with the main one, at P1 (:meth:`Readers.start`).
 
         Raises:
             pymysql.err.Error, OSError: a query failed.
         """
         n = self.cfg.readers
-        if (n < 2 or not self.readers.lock_free or not info.integer_key
+        if (n < 2 or not self.readers.ranges or not info.integer_key
                 or info.rows_estimate < 2 * n * self.cfg.chunk_rows or not await self._full_images()):
             return None
         return await key_ranges(self.conn, info, n)

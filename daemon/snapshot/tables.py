@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from binlogd.protocol.decoder import version_tuple
 from binlogd.protocol.values import float32
 
 INT_TYPES = frozenset(("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"))
@@ -207,15 +208,19 @@ async def describe(conn, schema: str, table: str) -> TableInfo | None:
 
 async def raw_connection(conn) -> None:
     """Make an aiomysql connection return text-protocol values as they come (str; bytes for binary columns),
-    TIMESTAMPs in UTC.
+    TIMESTAMPs in UTC, and on MySQL information_schema's row estimates fresh.
 
     Raises:
         pymysql.err.Error, OSError: a query failed.
     """
     conn.decoders = {}
+    server = conn.get_server_info()
     async with conn.cursor() as cur:
         await cur.execute("SET NAMES utf8mb4")
         await cur.execute("SET SESSION time_zone = '+00:00'")
+        if "mariadb" not in server.lower() and version_tuple(server) >= (8, 0, 3):
+            # row estimates as they are now, not as cached up to a day ago (a new table: 0 rows)
+            await cur.execute("SET SESSION information_schema_stats_expiry = 0")
         # backslash escapes in literals (PyMySQL's escaping) and CHAR values without their pad spaces
         await cur.execute("SET SESSION sql_mode = REPLACE(REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', ''), "
                           "'PAD_CHAR_TO_FULL_LENGTH', '')")

@@ -2,7 +2,7 @@
 
 - :func:`open_view`: ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and, on MariaDB and Percona,
   ``Binlog_snapshot_file/position`` (no lock); on Oracle MySQL :func:`open_view_locked` (the transaction opened
-  inside ``FLUSH TABLES WITH READ LOCK``);
+  inside ``FLUSH TABLES WITH READ LOCK``, on several connections at once for the key range readers);
 - :func:`consistent_snapshot`: the transaction and, where the server tells it, its binlog position (the
   incremental snapshot's low-level view too);
 - :func:`binlog_end`: the server's binlog end (``SHOW MASTER STATUS``);
@@ -85,11 +85,12 @@ async def consistent_snapshot(conn) -> tuple[str, int] | None:
     return None
 
 
-async def open_view_locked(conn) -> Position:
+async def open_view_locked(conn, more=()) -> Position:
     """:func:`open_view` for a server without ``Binlog_snapshot_position`` (Oracle MySQL): ``FLUSH TABLES WITH
     READ LOCK``, the transaction opened and ``SHOW MASTER STATUS`` (or ``SHOW BINARY LOG STATUS``) read inside
-    it, ``UNLOCK TABLES``, a savepoint set. Returns the view's position, with the GTID set ``SHOW MASTER
-    STATUS`` gives (MySQL's fifth column; none on MariaDB).
+    it, ``UNLOCK TABLES``, a savepoint set. With connections ``more``, each opens its transaction inside the same
+    lock: every view is at that one position (mydumper's way). Returns the position, with the GTID set ``SHOW
+    MASTER STATUS`` gives (MySQL's fifth column; none on MariaDB).
 
     Raises:
         LockRefused: FTWRL refused (no RELOAD privilege, a managed service).
@@ -97,17 +98,21 @@ async def open_view_locked(conn) -> Position:
     """
     import pymysql
 
+    for other in more:
+        await query(other, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     try:
         await query(conn, "FLUSH TABLES WITH READ LOCK")
     except pymysql.err.MySQLError as exc:
         raise LockRefused("misconfigured", f"snapshot: FLUSH TABLES WITH READ LOCK refused ({exc.args[-1]})",
                           fatal=True) from None
     try:
-        await query(conn, _START)
+        for c in (conn, *more):
+            await query(c, _START)
         position = await binlog_end(conn)
     finally:
         await query(conn, "UNLOCK TABLES")
-    await query(conn, f"SAVEPOINT {_SAVEPOINT}")
+    for c in (conn, *more):
+        await query(c, f"SAVEPOINT {_SAVEPOINT}")
     return position
 
 

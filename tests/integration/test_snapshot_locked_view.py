@@ -7,6 +7,7 @@ statements (Oracle MySQL itself runs only where Docker does, through testcontain
   to the position it returns (counted from the server's own ``SHOW BINLOG EVENTS``): opening the transaction
   outside the lock (Debezium's DBZ-9006 duplicates) shows as a difference.
 - The lock is gone when it returns: writes go on while the view stays open.
+- Views of several connections opened inside one lock (the key range readers' on MySQL) are all that prefix.
 - An account without RELOAD gets the one fatal, named error; the initial snapshot then reads the tables by the
   incremental method while streaming, with no lock at all (a managed MySQL): under a write load, the sink
   replayed (reads as upserts, changes in order) equals each keyed table's SELECT, no key read twice, and the
@@ -121,6 +122,42 @@ def test_locked_view_is_exactly_the_logged_prefix(mariadb):
         assert again == seen, "the view moved"
         assert seen == _logged_inserts(server, db, position.file, position.pos), position
         assert writes.done > seen
+    finally:
+        writes.stop()
+        server.sql(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_views_opened_in_one_lock_are_one_logged_prefix(mariadb):
+    """The key range readers' views on MySQL: three transactions opened inside one FTWRL all hold exactly the
+    rows of the INSERTs logged up to the one position returned."""
+    server, db = mariadb, f"ftwrl_{uuid.uuid4().hex[:10]}"
+    server.sql(f"CREATE DATABASE `{db}`")
+    server.sql("CREATE TABLE t (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(10))", database=db)
+    server.sql("FLUSH BINARY LOGS")
+    writes = _Inserts(server, db).start()
+
+    async def go():
+        conns = [await _connect(server) for _ in range(3)]
+        try:
+            while writes.done < 200:
+                await asyncio.sleep(0.01)
+            position = await open_view_locked(conns[0], conns[1:])
+            await asyncio.sleep(0.3)  # the INSERTs go on: each view stays where it opened
+            seen = []
+            for conn in conns:
+                async with conn.cursor() as cur:
+                    await cur.execute(f"SELECT COUNT(*) FROM `{db}`.t")
+                    seen.append((await cur.fetchone())[0])
+            return position, seen
+        finally:
+            for conn in conns:
+                conn.close()
+
+    try:
+        position, seen = asyncio.run(go())
+        writes.stop()
+        assert seen == [_logged_inserts(server, db, position.file, position.pos)] * 3, (position, seen)
+        assert writes.done > seen[0]
     finally:
         writes.stop()
         server.sql(f"DROP DATABASE IF EXISTS `{db}`")
