@@ -23,7 +23,7 @@ from binlogd.library.debezium import DEFAULT_SERVER_NAME, formatter, meta_format
 from binlogd.library.serialize import dumps
 from binlogd.protocol.events import RowsEvent
 
-KEEP_CACHED = 64 << 20  # in a bulk load: bytes of each file kept in the page cache behind its durable end
+KEEP_CACHED = 64 << 20  # bytes of each file kept in the page cache behind its durable end
 
 
 class JsonLinesSink(Sink):
@@ -31,15 +31,13 @@ class JsonLinesSink(Sink):
 
     Rotation happens at a commit, so a transaction never spans two files; 0 means no limit. ``format``:
     "binlogd" (ARCHITECTURE.md's change events) or "debezium" (:mod:`library.debezium`, whose ``source.name``
-    is ``server_name``). In a :meth:`bulk` load:
-
-    - once a file's bytes are durable, all but its last :data:`KEEP_CACHED` are dropped from the page cache
-      (``POSIX_FADV_DONTNEED``): a snapshot does not fill the machine's memory, and its writes reuse the pages
-      just freed (a reader that tails the files reads the newest bytes from the cache, older ones from the
-      disk);
-    - :meth:`change_lines` writes in a thread of the sink's, one call at a time, so that the caller goes on
-      (reading the next chunk) while the kernel copies the lines; :meth:`flush` does not wait for that write,
-      :meth:`sync` does.
+    is ``server_name``). Once a file's bytes are durable, all but its last :data:`KEEP_CACHED` are dropped from
+    the page cache (``POSIX_FADV_DONTNEED``): a backlog or a snapshot does not fill the machine's memory, and its
+    writes reuse the pages just freed, which is much quicker than new ones on a VM (a reader that tails the files
+    reads the newest bytes from the cache, older ones from the disk). In a :meth:`bulk` load
+    :meth:`change_lines` writes in a thread of the sink's, one call at a time, so that the caller goes on (reading
+    the next chunk) while the kernel copies the lines; :meth:`flush` does not wait for that write, :meth:`sync`
+    does.
 
     Raises (construction):
         ValueError: an unknown format.
@@ -56,7 +54,7 @@ class JsonLinesSink(Sink):
         self._unsynced: list[int] = []  # flushed, not yet handed over: dups of the file descriptors (consumer only)
         self._ends: list[int] = []      # the offset each of those was flushed to (consumer only)
         self._syncing: list[int] = []   # handed over by begin_sync(): what sync() fsyncs and closes (worker only)
-        self._synced_ends: list[int] = []  # handed over with them in a bulk load, else []
+        self._synced_ends: list[int] = []  # handed over with them (worker only)
         self._writer: ThreadPoolExecutor | None = None  # in a bulk load: its writes (one thread, in order)
         self._writing: Future | None = None   # the write in that thread, until a call on the consumer waits for it
         self._written: Future | None = None   # the last write flush() covered: what the next sync waits for
@@ -200,7 +198,7 @@ class JsonLinesSink(Sink):
 
     def begin_sync(self) -> None:
         self._syncing, self._unsynced = self._unsynced, []
-        self._synced_ends, self._ends = (self._ends if self._writer is not None else []), []
+        self._synced_ends, self._ends = self._ends, []
         self._syncing_after, self._written = self._written, None
 
     def sync(self) -> None:
