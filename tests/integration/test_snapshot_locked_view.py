@@ -89,12 +89,18 @@ async def _connect(server, **kw):
                                    password=kw.get("password", server.password), ssl=None, connect_timeout=5)
 
 
-def test_locked_view_is_exactly_the_logged_prefix(mariadb):
-    server, db = mariadb, f"ftwrl_{uuid.uuid4().hex[:10]}"
+def _inserting(server) -> tuple[str, _Inserts]:
+    """A new schema with a table ``t``, a fresh binlog file, and :class:`_Inserts` into it, started."""
+    db = f"ftwrl_{uuid.uuid4().hex[:10]}"
     server.sql(f"CREATE DATABASE `{db}`")
     server.sql("CREATE TABLE t (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(10))", database=db)
     server.sql("FLUSH BINARY LOGS")
-    writes = _Inserts(server, db).start()
+    return db, _Inserts(server, db).start()
+
+
+def test_locked_view_is_exactly_the_logged_prefix(mariadb):
+    server = mariadb
+    db, writes = _inserting(server)
 
     async def go():
         conn = await _connect(server)
@@ -130,11 +136,8 @@ def test_locked_view_is_exactly_the_logged_prefix(mariadb):
 def test_views_opened_in_one_lock_are_one_logged_prefix(mariadb):
     """The key range readers' views on MySQL: three transactions opened inside one FTWRL all hold exactly the
     rows of the INSERTs logged up to the one position returned."""
-    server, db = mariadb, f"ftwrl_{uuid.uuid4().hex[:10]}"
-    server.sql(f"CREATE DATABASE `{db}`")
-    server.sql("CREATE TABLE t (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(10))", database=db)
-    server.sql("FLUSH BINARY LOGS")
-    writes = _Inserts(server, db).start()
+    server = mariadb
+    db, writes = _inserting(server)
 
     async def go():
         conns = [await _connect(server) for _ in range(3)]
